@@ -1,0 +1,50 @@
+"""Shared output helpers: results to stdout (a rich table or `--json`), everything else to stderr."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any
+
+import click
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn dataclasses, enums, tuples and dicts into plain JSON values (recursively)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def emit_json(value: Any) -> None:
+    """Print `value` as indented JSON on stdout."""
+    click.echo(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False))
+
+
+def stdout_console() -> Any:
+    """A rich Console on stdout (imported lazily: rich costs ~30 ms)."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def stderr_console() -> Any:
+    """A rich Console on stderr for progress and warnings."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def warn(message: str) -> None:
+    """A one-line warning on stderr."""
+    click.echo(f"warning: {message}", err=True)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
