@@ -1,0 +1,285 @@
+"""Checkpoints that cannot be half-written: write into `step-NNNNNN.tmp/`, fsync, manifest, rename, pointer.
+
+The order of a save (each step is durable before the next begins):
+  1. every file is written into `step-NNNNNN.tmp/` and fsynced; its size and sha256 are recorded;
+  2. `manifest.json` (sizes and hashes of every other file) is written last and fsynced, then the folder;
+  3. the folder is renamed to `step-NNNNNN/` (atomic on POSIX) and the parent folder is fsynced;
+  4. only then is the `latest` pointer replaced (write `latest.tmp`, fsync, `os.replace`, fsync the parent).
+A kill at any instant leaves either a `.tmp` folder (partial, ignored) or a complete checkpoint. Resume does
+not trust the pointer: it verifies manifests newest first and skips partial and corrupt checkpoints.
+This module is plain Python (no torch): payloads arrive as bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from rentwise import __version__
+from rentwise.errors import RentwiseError
+
+MANIFEST_NAME = "manifest.json"
+LATEST_NAME = "latest"
+MANIFEST_FORMAT = 1
+CHUNK_BYTES = 8 * 2**20  # write and hash in 8 MiB pieces so a save never holds two copies of a file
+
+CheckpointState = Literal["valid", "partial", "corrupt"]
+FileWriter = Callable[[Path, bytes], str]
+"""Write bytes to a new file durably and return its sha256 hex digest (a seam: tests inject a full disk)."""
+
+_NAME = re.compile(r"^step-(\d{6,})(\.tmp|\.corrupt)?$")
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """One checkpoint folder as found on disk."""
+
+    path: Path
+    step: int
+    state: CheckpointState
+    size_bytes: int
+    problem: str | None = None  # why it is partial or corrupt
+
+
+def checkpoint_name(step: int) -> str:
+    """Return the folder name of the checkpoint after `step` optimizer steps: `step-000120`."""
+    return f"step-{step:06d}"
+
+
+def write_synced(path: Path, payload: bytes) -> str:
+    """Write `payload` to a new file, fsync it, and return its sha256."""
+    digest = hashlib.sha256()
+    view = memoryview(payload)
+    with open(path, "xb") as handle:
+        for start in range(0, len(view), CHUNK_BYTES):
+            chunk = view[start : start + CHUNK_BYTES]
+            digest.update(chunk)
+            handle.write(chunk)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return digest.hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a folder so a create or rename inside it survives a power cut (POSIX; a no-op elsewhere)."""
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sha256_file(path: Path) -> str:
+    """Return the sha256 hex digest of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class CheckpointWriter:
+    """One save in progress: files go into `step-NNNNNN.tmp/` until `commit()` renames the folder.
+
+    In a multi-process run every rank adds its own files (its RNG state) to the same folder; rank 0 commits
+    after a barrier and hashes the files other ranks wrote.
+    """
+
+    def __init__(
+        self, root: Path, step: int, *, pause_s: float = 0.0, write: FileWriter = write_synced
+    ) -> None:
+        self.root = root
+        self.step = step
+        self.final_path = root / checkpoint_name(step)
+        self.tmp_path = root / (checkpoint_name(step) + ".tmp")
+        self._pause_s = pause_s  # test seam: sleep after each file so a kill can land mid-save
+        self._write = write
+        self._hashes: dict[str, str] = {}
+
+    def begin(self) -> None:
+        """Create the `.tmp` folder, replacing a leftover one from a killed save of the same step."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.tmp_path.exists():
+            shutil.rmtree(self.tmp_path)
+        self._guard(lambda: self.tmp_path.mkdir())
+
+    def join(self) -> None:
+        """Use a `.tmp` folder another rank created (after a barrier)."""
+        if not self.tmp_path.is_dir():
+            raise RentwiseError(f"checkpoint folder '{self.tmp_path}' is missing on this rank")
+
+    def add(self, name: str, payload: bytes) -> None:
+        """Write one file of the checkpoint durably."""
+        if "/" in name or name in (MANIFEST_NAME, "") or name.startswith("."):
+            raise ValueError(f"bad checkpoint file name {name!r}")
+        self._hashes[name] = self._guard(lambda: self._write(self.tmp_path / name, payload))
+        if self._pause_s:
+            time.sleep(self._pause_s)
+
+    def commit(self, keep: int | None = None) -> Path:
+        """Write the manifest, rename `.tmp` to final, move `latest`; keep the newest `keep` valid ones."""
+        files = {}
+        for path in sorted(self.tmp_path.iterdir()):
+            sha = self._hashes.get(path.name) or sha256_file(path)
+            files[path.name] = {"size_bytes": path.stat().st_size, "sha256": sha}
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "step": self.step,
+            "rentwise_version": __version__,
+            "created_unix": time.time(),
+            "files": files,
+        }
+        payload = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        self._guard(lambda: self._write(self.tmp_path / MANIFEST_NAME, payload))
+        fsync_dir(self.tmp_path)
+        if self.final_path.exists():  # a corrupt checkpoint of the same step, set aside on resume normally
+            _set_aside(self.final_path)
+        os.rename(self.tmp_path, self.final_path)
+        fsync_dir(self.root)
+        write_latest(self.root, self.final_path.name)
+        if keep is not None:
+            prune(self.root, keep)
+        return self.final_path
+
+    def abort(self) -> None:
+        """Remove the `.tmp` folder after a failed save; earlier checkpoints are untouched."""
+        shutil.rmtree(self.tmp_path, ignore_errors=True)
+
+    def _guard(self, action: Callable[[], str | None]) -> str:
+        try:
+            return action() or ""
+        except OSError as error:
+            self.abort()
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                previous = newest_valid(self.root)
+                kept = f"; {previous.path.name} is intact" if previous else ""
+                raise RentwiseError(
+                    f"disk full while writing checkpoint {self.final_path.name} in '{self.root}'{kept}",
+                    hint="free space on that disk or lower `checkpoint.keep`, then rerun to resume",
+                ) from error
+            raise RentwiseError(
+                f"could not write checkpoint {self.final_path.name} in '{self.root}': {error.strerror}"
+            ) from error
+
+
+def write_latest(root: Path, name: str) -> None:
+    """Point `root/latest` at checkpoint `name` atomically (write, fsync, replace, fsync folder)."""
+    tmp = root / (LATEST_NAME + ".tmp")
+    tmp.unlink(missing_ok=True)
+    write_synced(tmp, (name + "\n").encode())
+    os.replace(tmp, root / LATEST_NAME)
+    fsync_dir(root)
+
+
+def read_latest(root: Path) -> str | None:
+    """Return the checkpoint name `latest` points at, or None."""
+    try:
+        return (root / LATEST_NAME).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def inspect_checkpoint(path: Path, *, check_hashes: bool = True) -> CheckpointInfo:
+    """Classify one checkpoint folder as valid, partial (unfinished save) or corrupt (fails its manifest)."""
+    match = _NAME.match(path.name)
+    step = int(match.group(1)) if match else -1
+    size = sum(p.stat().st_size for p in path.iterdir() if p.is_file()) if path.is_dir() else 0
+
+    def info(state: CheckpointState, problem: str | None = None) -> CheckpointInfo:
+        return CheckpointInfo(path, step, state, size, problem)
+
+    if path.name.endswith(".tmp"):
+        return info("partial", "save did not finish (.tmp folder)")
+    if path.name.endswith(".corrupt"):
+        return info("corrupt", "set aside by an earlier resume")
+    manifest_path = path / MANIFEST_NAME
+    if not manifest_path.is_file():
+        return info("partial", "no manifest.json")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        files: dict[str, dict[str, object]] = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return info("corrupt", "manifest.json is unreadable")
+    for name, entry in files.items():
+        file_path = path / name
+        if not file_path.is_file():
+            return info("corrupt", f"{name} is missing")
+        if file_path.stat().st_size != entry.get("size_bytes"):
+            return info(
+                "corrupt",
+                f"{name} has {file_path.stat().st_size} bytes, manifest says {entry.get('size_bytes')}",
+            )
+        if check_hashes and sha256_file(file_path) != entry.get("sha256"):
+            return info("corrupt", f"{name} does not match its sha256")
+    return info("valid")
+
+
+def iter_checkpoint_dirs(root: Path) -> Iterator[Path]:
+    """Yield checkpoint folders (`step-*`, including `.tmp` and `.corrupt` ones) in `root`."""
+    if not root.is_dir():
+        return
+    for path in root.iterdir():
+        if path.is_dir() and _NAME.match(path.name):
+            yield path
+
+
+def list_checkpoints(root: Path, *, check_hashes: bool = True) -> list[CheckpointInfo]:
+    """Every checkpoint folder under `root`, oldest step first, with its state."""
+    infos = [inspect_checkpoint(p, check_hashes=check_hashes) for p in iter_checkpoint_dirs(root)]
+    return sorted(infos, key=lambda i: (i.step, i.path.name))
+
+
+def newest_valid(root: Path) -> CheckpointInfo | None:
+    """The newest checkpoint whose manifest verifies, or None."""
+    for info in reversed(list_checkpoints(root)):
+        if info.state == "valid":
+            return info
+    return None
+
+
+def find_resume_checkpoint(root: Path) -> tuple[CheckpointInfo | None, list[CheckpointInfo]]:
+    """Return the newest valid checkpoint and the partial or corrupt ones newer than it (skipped)."""
+    skipped: list[CheckpointInfo] = []
+    for info in reversed(list_checkpoints(root)):
+        if info.state == "valid":
+            return info, skipped
+        if not info.path.name.endswith(".corrupt"):
+            skipped.append(info)
+    return None, skipped
+
+
+def set_aside_skipped(skipped: list[CheckpointInfo]) -> None:
+    """Remove partial `.tmp` folders; rename corrupt ones to `.corrupt`, freeing the name."""
+    for info in skipped:
+        if info.path.name.endswith(".tmp"):
+            shutil.rmtree(info.path, ignore_errors=True)
+        else:
+            _set_aside(info.path)
+
+
+def _set_aside(path: Path) -> None:
+    target = path.with_name(path.name + ".corrupt")
+    if target.exists():
+        shutil.rmtree(target)
+    os.rename(path, target)
+
+
+def prune(root: Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` valid checkpoints (sizes checked, not hashes); return what went."""
+    valid = [i for i in list_checkpoints(root, check_hashes=False) if i.state == "valid"]
+    removed = []
+    for info in valid[: max(0, len(valid) - keep)]:
+        shutil.rmtree(info.path)
+        removed.append(info.path)
+    return removed
