@@ -1,8 +1,9 @@
 """`ModelShape`: the sizes of a decoder-only transformer, read from a Hugging Face `config.json` (no weights).
 
 Everything the memory, time and cost models need is derived from these fields: parameter counts (exact, as
-`AutoModelForCausalLM.from_config(...).numel()` counts them, checked by tests/unit/models), the linear layers
-LoRA can target, and the per-layer tensor sizes that activations are made of.
+`sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())` counts them in transformers 5.x,
+checked for every bundled config by tests/unit/models/test_shape.py), the linear layers LoRA can target, and
+the per-layer tensor sizes that activations are made of.
 """
 
 from __future__ import annotations
@@ -16,17 +17,32 @@ from rentwise.errors import ConfigError
 NormKind = Literal["rmsnorm", "layernorm"]
 
 # model_type values whose layers we know how to count. Remote-code architectures that are a Llama under
-# other names (InternLM2's fused wqkv, Baichuan's W_pack) are mapped to llama sizes: fusing projections
-# changes module names, not parameter counts.
+# other names (InternLM2's fused wqkv, Baichuan2's W_pack and NormHead) have exactly a Llama's parameter
+# count: fusing projections changes module names, not sizes. Yi and DeepSeek-LLM ship as model_type "llama".
 SUPPORTED_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "gemma", "gemma2",
     "phi3", "glm", "internlm2", "baichuan", "yi", "deepseek",
 )  # fmt: skip
 
+# transformers 5.x bias rules, read from each modeling_<type>.py:
+# - q/k/v and o follow `attention_bias` together: llama, qwen3, qwen3_moe, gemma, gemma2 (InternLM2: `bias`).
+# - q/k/v only, o never: qwen2 (always on), qwen2_moe (`qkv_bias`, default on), glm (`attention_bias`,
+#   default on).
+# - never: mistral, mixtral, phi3, baichuan.
+_QKV_AND_O_BIAS = ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "internlm2", "yi", "deepseek")
+_TIED_BY_DEFAULT = ("gemma", "gemma2")  # transformers' config defaults; every other type defaults to untied
+
 
 @dataclass(frozen=True)
 class LinearLayer:
-    """One linear projection inside a decoder layer (HF module name), per expert for MoE experts."""
+    """One weight matrix inside a decoder layer, named as the Hugging Face module names it.
+
+    `is_peft_target` says whether it is an `nn.Linear` that peft wraps through `target_modules` (and
+    `"all-linear"`). It is False for MoE experts and routers: transformers 5.x stores all experts of a layer
+    as one 3-D `nn.Parameter` (`experts.gate_up_proj`: experts x 2*moe_intermediate x hidden) and the router
+    as a bare `nn.Parameter`, so peft's `"all-linear"` leaves them frozen and LoRA on a MoE model adapts
+    attention (and shared experts) only, unless experts are named in peft's `target_parameters`.
+    """
 
     name: str
     in_features: int
@@ -34,6 +50,12 @@ class LinearLayer:
     has_bias: bool
     copies: int = 1  # experts: one per expert
     active_copies: int = 1  # experts: how many run per token
+    is_peft_target: bool = True
+
+    @property
+    def params(self) -> int:
+        """Parameters of one copy: weight plus bias."""
+        return self.in_features * self.out_features + (self.out_features if self.has_bias else 0)
 
 
 @dataclass(frozen=True)
@@ -64,41 +86,75 @@ class ModelShape:
     max_position_embeddings: int = 4096
     final_logit_softcapping: float | None = None
     source: str = ""
+    hf_id: str = ""  # Hugging Face repo id, when known (bundled models)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # --- parameter counts -------------------------------------------------------------------------------
     def layer_linears(self) -> tuple[LinearLayer, ...]:
-        """The linear layers of one decoder layer, named as Hugging Face names them (unfused)."""
-        h, hd = self.hidden_size, self.head_dim
-        q_out, kv_out = self.num_heads * hd, self.num_kv_heads * hd
-        layers = [
+        """The weight matrices of one decoder layer, under the module names peft's `target_modules` match.
+
+        Fused projections keep their fused names and sizes (phi3 `qkv_proj` and `gate_up_proj`, glm
+        `gate_up_proj`, internlm2 `wqkv`/`w1`/`w3`/`w2`, baichuan `W_pack`), because peft wraps the fused
+        module as one layer and LoRA's size depends on it.
+        """
+        return self._attention_linears() + self._mlp_linears()
+
+    def _attention_linears(self) -> tuple[LinearLayer, ...]:
+        h, q_out, kv_out = self.hidden_size, self.q_dim, self.kv_dim
+        if self.model_type == "phi3":
+            fused = (LinearLayer("qkv_proj", h, q_out + 2 * kv_out, self.qkv_bias),)
+            return (*fused, LinearLayer("o_proj", q_out, h, self.o_bias))
+        if self.model_type == "internlm2":
+            fused = (LinearLayer("wqkv", h, q_out + 2 * kv_out, self.qkv_bias),)
+            return (*fused, LinearLayer("wo", q_out, h, self.o_bias))
+        if self.model_type == "baichuan":
+            fused = (LinearLayer("W_pack", h, q_out + 2 * kv_out, self.qkv_bias),)
+            return (*fused, LinearLayer("o_proj", q_out, h, self.o_bias))
+        return (
             LinearLayer("q_proj", h, q_out, self.qkv_bias),
             LinearLayer("k_proj", h, kv_out, self.qkv_bias),
             LinearLayer("v_proj", h, kv_out, self.qkv_bias),
             LinearLayer("o_proj", q_out, h, self.o_bias),
-        ]
+        )
+
+    def _mlp_linears(self) -> tuple[LinearLayer, ...]:
+        h, i, bias = self.hidden_size, self.intermediate_size, self.mlp_bias
         if self.is_moe:
-            e, k, i = self.num_experts, self.experts_per_token, self.moe_intermediate_size
+            return self._moe_linears()
+        if self.model_type in ("phi3", "glm"):
+            return (LinearLayer("gate_up_proj", h, 2 * i, bias), LinearLayer("down_proj", i, h, bias))
+        if self.model_type == "internlm2":
+            return (
+                LinearLayer("w1", h, i, bias),
+                LinearLayer("w3", h, i, bias),
+                LinearLayer("w2", i, h, bias),
+            )
+        gate = (LinearLayer("gate_proj", h, i, bias),) if self.gated_mlp else ()
+        return (*gate, LinearLayer("up_proj", h, i, bias), LinearLayer("down_proj", i, h, bias))
+
+    def _moe_linears(self) -> tuple[LinearLayer, ...]:
+        h, e, k, i = self.hidden_size, self.num_experts, self.experts_per_token, self.moe_intermediate_size
+        layers = [
+            # transformers>=5 fuses each layer's experts into 3-D parameters (see LinearLayer).
+            LinearLayer("experts.gate_up_proj", h, 2 * i, False, e, k, is_peft_target=False),
+            LinearLayer("experts.down_proj", i, h, False, e, k, is_peft_target=False),
+            LinearLayer(
+                "gate", h, e, False, is_peft_target=False
+            ),  # router: a bare (experts x hidden) weight
+        ]
+        if self.shared_expert_intermediate_size:  # qwen2_moe: one always-on expert, gated by a sigmoid
+            s = self.shared_expert_intermediate_size
             layers += [
-                LinearLayer("experts.gate_proj", h, i, False, copies=e, active_copies=k),
-                LinearLayer("experts.up_proj", h, i, False, copies=e, active_copies=k),
-                LinearLayer("experts.down_proj", i, h, False, copies=e, active_copies=k),
-                LinearLayer("router", h, e, False),
+                LinearLayer("shared_expert.gate_proj", h, s, False),
+                LinearLayer("shared_expert.up_proj", h, s, False),
+                LinearLayer("shared_expert.down_proj", s, h, False),
+                LinearLayer("shared_expert_gate", h, 1, False),
             ]
-            if self.shared_expert_intermediate_size:
-                s = self.shared_expert_intermediate_size
-                layers += [
-                    LinearLayer("shared_expert.gate_proj", h, s, False),
-                    LinearLayer("shared_expert.up_proj", h, s, False),
-                    LinearLayer("shared_expert.down_proj", s, h, False),
-                    LinearLayer("shared_expert_gate", h, 1, False),
-                ]
-        else:
-            i = self.intermediate_size
-            if self.gated_mlp:
-                layers.append(LinearLayer("gate_proj", h, i, self.mlp_bias))
-            layers += [LinearLayer("up_proj", h, i, self.mlp_bias), LinearLayer("down_proj", i, h, self.mlp_bias)]
         return tuple(layers)
+
+    def peft_linears(self) -> tuple[LinearLayer, ...]:
+        """The layers of one decoder layer that peft's `target_modules="all-linear"` wraps."""
+        return tuple(lin for lin in self.layer_linears() if lin.is_peft_target)
 
     @property
     def is_moe(self) -> bool:
@@ -112,7 +168,7 @@ class ModelShape:
         total = 0
         for lin in self.layer_linears():
             copies = lin.active_copies if (active_only and lin.copies > 1) else lin.copies
-            total += copies * (lin.in_features * lin.out_features + (lin.out_features if lin.has_bias else 0))
+            total += copies * lin.params
         total += self.norms_per_layer * self._norm_params()
         if self.qk_norm:
             total += 2 * self.head_dim
@@ -163,71 +219,110 @@ def _first(config: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
-def shape_from_config(config: Mapping[str, Any], name: str = "", source: str = "") -> ModelShape:
-    """Build a `ModelShape` from a Hugging Face config.json dict; raise `ConfigError` listing every problem."""
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _problems(config: Mapping[str, Any], model_type: str) -> list[str]:
+    """Every reason `config` cannot be read, so one error can list them all (STYLE.md §5)."""
+    problems: list[str] = []
+    if model_type not in SUPPORTED_TYPES:
+        known = ", ".join(SUPPORTED_TYPES)
+        problems.append(f"model_type {model_type or '(missing)'!r} is not supported (known: {known})")
+    required = {
+        "hidden_size": _first(config, "hidden_size", "n_embd", "d_model"),
+        "num_hidden_layers": _first(config, "num_hidden_layers", "n_layer", "num_layers"),
+        "num_attention_heads": _first(config, "num_attention_heads", "n_head"),
+        "vocab_size": _first(config, "vocab_size", "padded_vocab_size"),
+    }
+    optional = {key: config.get(key) for key in _OPTIONAL_INTS if config.get(key) is not None}
+    for key, value in {**required, **optional}.items():
+        if not _is_positive_int(value):
+            got = "nothing" if value is None else repr(value)
+            problems.append(f"'{key}' must be a positive integer, got {got}")
+    heads, kv_heads = required["num_attention_heads"], optional.get("num_key_value_heads", 0)
+    if _is_positive_int(heads) and _is_positive_int(kv_heads) and heads % kv_heads:
+        problems.append(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
+    if config.get("mlp_only_layers") or int(config.get("decoder_sparse_step", 1) or 1) != 1:
+        # Layers that mix dense and MoE MLPs would need per-layer sizes; every bundled MoE is all-sparse.
+        problems.append(
+            "MoE models with dense layers (mlp_only_layers, decoder_sparse_step > 1) are not supported"
+        )
+    return problems
+
+
+_OPTIONAL_INTS = (
+    "num_key_value_heads", "head_dim", "intermediate_size", "num_local_experts", "num_experts",
+    "num_experts_per_tok", "moe_intermediate_size", "max_position_embeddings",
+)  # fmt: skip
+
+
+def _biases(config: Mapping[str, Any], model_type: str) -> tuple[bool, bool]:
+    """(q/k/v bias, o bias) under transformers 5.x's rules for `model_type` (see `_QKV_AND_O_BIAS`)."""
+    if model_type == "qwen2":
+        return True, False
+    if model_type == "qwen2_moe":
+        return bool(config.get("qkv_bias", True)), False
+    if model_type == "glm":
+        return bool(config.get("attention_bias", True)), False
+    if model_type == "internlm2":
+        bias = bool(config.get("bias", False))
+        return bias, bias
+    if model_type in _QKV_AND_O_BIAS:
+        bias = bool(config.get("attention_bias", False))
+        return bias, bias
+    return False, False
+
+
+def shape_from_config(
+    config: Mapping[str, Any], name: str = "", source: str = "", hf_id: str = ""
+) -> ModelShape:
+    """Build a `ModelShape` from a Hugging Face config.json dict; `ConfigError` lists every problem."""
     if "text_config" in config and "hidden_size" not in config:
         config = {**config["text_config"], "model_type": config["text_config"].get("model_type", "")}
     model_type = str(config.get("model_type", "")).lower()
-    problems: list[str] = []
-    if model_type not in SUPPORTED_TYPES:
-        problems.append(f"model_type '{model_type}' is not supported (known: {', '.join(SUPPORTED_TYPES)})")
-
-    hidden = _first(config, "hidden_size", "n_embd", "d_model")
-    layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
-    heads = _first(config, "num_attention_heads", "n_head")
-    vocab = _first(config, "vocab_size", "padded_vocab_size")
-    for key, value in (("hidden_size", hidden), ("num_hidden_layers", layers),
-                       ("num_attention_heads", heads), ("vocab_size", vocab)):  # fmt: skip
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            problems.append(f"'{key}' must be a positive integer, got {value!r}")
+    problems = _problems(config, model_type)
     if problems:
         raise ConfigError(
             f"cannot read model config{f' {name!r}' if name else ''}: " + "; ".join(problems),
-            hint="pass a Hugging Face config.json of a decoder-only model, or a bundled name from `rentwise models`",
+            hint="pass a Hugging Face config.json of a decoder-only model, "
+            "or a bundled name from `rentwise models`",
         )
-    kv_heads = int(_first(config, "num_key_value_heads", "multi_query_group_num", default=heads))
-    head_dim = int(_first(config, "head_dim", "kv_channels", default=hidden // heads))
+    hidden = int(_first(config, "hidden_size", "n_embd", "d_model"))
+    heads = int(_first(config, "num_attention_heads", "n_head"))
     intermediate = int(_first(config, "intermediate_size", "ffn_hidden_size", default=4 * hidden))
-    if heads % kv_heads:
-        raise ConfigError(
-            f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}",
-            hint="check the config.json",
-        )
-
-    is_qwen2 = model_type in ("qwen2", "qwen2_moe")
-    qkv_bias = bool(_first(config, "attention_bias", "qkv_bias", "add_qkv_bias", default=is_qwen2))
-    if model_type == "glm":
-        qkv_bias = bool(config.get("attention_bias", True))
-    # Llama/Mistral/InternLM2 'attention_bias' adds a bias to o_proj too; Qwen2 and GLM put bias on q/k/v only.
-    o_bias = qkv_bias and model_type in ("llama", "mistral", "internlm2", "yi", "deepseek")
-    if model_type == "internlm2":
-        qkv_bias = o_bias = bool(config.get("bias", False))
-    num_experts = int(_first(config, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
-    tie = bool(config.get("tie_word_embeddings", model_type in ("gemma", "gemma2")))
+    num_experts = int(_first(config, "num_local_experts", "num_experts", "n_routed_experts", default=0))
+    qkv_bias, o_bias = _biases(config, model_type)
     return ModelShape(
         name=name or str(config.get("_name_or_path", model_type)),
         model_type=model_type,
         hidden_size=hidden,
-        num_layers=layers,
+        num_layers=int(_first(config, "num_hidden_layers", "n_layer", "num_layers")),
         num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
+        num_kv_heads=int(_first(config, "num_key_value_heads", "multi_query_group_num", default=heads)),
+        head_dim=int(_first(config, "head_dim", "kv_channels", default=hidden // heads)),
         intermediate_size=intermediate,
-        vocab_size=vocab,
-        tie_embeddings=tie,
+        vocab_size=int(_first(config, "vocab_size", "padded_vocab_size")),
+        tie_embeddings=bool(config.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)),
         qkv_bias=qkv_bias,
         o_bias=o_bias,
-        mlp_bias=bool(config.get("mlp_bias", False)),
+        mlp_bias=bool(config.get("mlp_bias", False)) and model_type in ("llama", "yi", "deepseek"),
         norms_per_layer=4 if model_type == "gemma2" else 2,
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
         num_experts=num_experts,
-        experts_per_token=int(_first(config, "num_experts_per_tok", default=0) or 0) if num_experts else 0,
+        experts_per_token=int(_first(config, "num_experts_per_tok", default=0)) if num_experts else 0,
         moe_intermediate_size=int(_first(config, "moe_intermediate_size", default=intermediate))
         if num_experts
         else 0,
-        shared_expert_intermediate_size=int(config.get("shared_expert_intermediate_size", 0) or 0),
-        max_position_embeddings=int(config.get("max_position_embeddings", 4096)),
+        shared_expert_intermediate_size=int(config.get("shared_expert_intermediate_size", 0) or 0)
+        if model_type == "qwen2_moe"
+        else 0,
+        # Baichuan2-13B uses ALiBi and states only model_max_length.
+        max_position_embeddings=int(
+            _first(config, "max_position_embeddings", "model_max_length", "seq_length", default=4096)
+        ),
         final_logit_softcapping=config.get("final_logit_softcapping"),
         source=source,
+        hf_id=hf_id,
         extra=dict(config),
     )
