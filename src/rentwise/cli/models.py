@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
 from rentwise.cli.render import emit_json, json_option, stdout_console
 from rentwise.errors import NotFoundError, did_you_mean
-from rentwise.models.catalog import CatalogEntry, list_models
+from rentwise.models.catalog import CatalogEntry, list_models, load_shape
 from rentwise.units import format_count
 
 
@@ -20,8 +21,12 @@ from rentwise.units import format_count
 @click.argument("filter_text", metavar="[FILTER]", required=False, default="")
 @json_option
 def command(filter_text: str, as_json: bool) -> None:
-    """List the bundled models; FILTER matches the name, Hugging Face id or family."""
-    entries = list_models(filter_text)
+    """List the bundled models; FILTER matches the name, Hugging Face id or family.
+
+    A FILTER that is a config.json (or a folder holding one) shows that model instead.
+    """
+    is_local = bool(filter_text) and Path(filter_text).exists()
+    entries = [local_entry(filter_text)] if is_local else list_models(filter_text)
     if not entries:
         every = list_models()
         known = sorted({entry.name for entry in every} | {entry.family for entry in every})
@@ -33,11 +38,17 @@ def command(filter_text: str, as_json: bool) -> None:
         emit_json([model_record(entry) for entry in entries])
         return
     console = stdout_console()
-    table = model_table(entries)
+    table = model_table(entries, "Model shape from config.json" if is_local else "Bundled models")
     if not console.is_terminal:  # piped: one line per model rather than rich's 80-column default
         unbounded = console.options.update(max_width=10_000)
         console.width = max(console.width, console.measure(table, options=unbounded).maximum)
     console.print(table)
+
+
+def local_entry(path: str) -> CatalogEntry:
+    """A user's config.json (or its folder) shown as a catalog row."""
+    shape = load_shape(path)
+    return CatalogEntry(path, shape.hf_id, shape.model_type, shape.source, "", None, "", shape)
 
 
 def model_record(entry: CatalogEntry) -> dict[str, Any]:
@@ -68,13 +79,13 @@ def model_record(entry: CatalogEntry) -> dict[str, Any]:
     }
 
 
-def model_table(entries: list[CatalogEntry]) -> Any:
+def model_table(entries: list[CatalogEntry], title: str = "Bundled models") -> Any:
     """A rich table of bundled models, one row each."""
     from rich import box
     from rich.table import Table
 
     table = Table(
-        title="Bundled models (exact parameter counts from config.json)",
+        title=f"{title} (exact parameter counts from config.json)",
         caption="active: parameters per token (MoE only). heads: query/key-value heads. tied: the LM head "
         "shares the input embedding.",
         title_justify="left",

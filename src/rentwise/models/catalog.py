@@ -1,8 +1,8 @@
 """The bundled model catalog and `load_shape`: a model name, HF id or config.json path -> `ModelShape`.
 
 Bundled configs live in `models/configs/<short-name>.json`: the model's published Hugging Face config.json
-(size-defining fields only, no weights) plus a `_rentwise` block with `hf_id`, `family`, `source`, `as_of`
-and, where known exactly, `published_params`.
+(size-defining fields only, no weights) plus a `_rentwise` block with `hf_id`, `family`, `source`, `as_of`,
+`aliases` (instruct/chat ids with the same shape) and, where known exactly, `published_params`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class CatalogEntry:
     published_params: int | None
     notes: str
     shape: ModelShape
+    aliases: tuple[str, ...] = ()
 
 
 def _parse_json(text: str, origin: str) -> dict[str, Any]:
@@ -72,13 +73,20 @@ def _bundled() -> dict[str, CatalogEntry]:
             published_params=meta.get("published_params"),
             notes=str(meta.get("notes", "")),
             shape=shape,
+            aliases=tuple(str(alias) for alias in meta.get("aliases", ())),
         )
     return entries
 
 
 @functools.lru_cache(maxsize=1)
-def _by_hf_id() -> dict[str, CatalogEntry]:
-    return {entry.hf_id.lower(): entry for entry in _bundled().values() if entry.hf_id}
+def _by_other_name() -> dict[str, CatalogEntry]:
+    """Entries by lower-case HF id and alias."""
+    return {
+        other.lower(): entry
+        for entry in _bundled().values()
+        for other in (entry.hf_id, *entry.aliases)
+        if other
+    }
 
 
 def list_models(name_filter: str = "") -> list[CatalogEntry]:
@@ -95,7 +103,7 @@ def list_models(name_filter: str = "") -> list[CatalogEntry]:
 def load_shape(spec: str) -> ModelShape:
     """Resolve `spec` to a `ModelShape`.
 
-    Tried in order: a bundled short name (case-insensitive) or its Hugging Face id; a path to a config.json;
+    Tried in order: a bundled short name, HF id or alias (case-insensitive); a path to a config.json;
     a folder holding config.json; a hub id `org/name` fetched with `huggingface_hub` (optional extra `hub`).
 
     Raises:
@@ -103,7 +111,7 @@ def load_shape(spec: str) -> ModelShape:
         ConfigError: the config.json is malformed or lacks a required field.
     """
     key = spec.strip().lower()
-    entry = _bundled().get(key) or _by_hf_id().get(key)
+    entry = _bundled().get(key) or _by_other_name().get(key)
     if entry is not None:
         return entry.shape
     path = Path(spec).expanduser()
