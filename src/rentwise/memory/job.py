@@ -47,6 +47,8 @@ class MemoryJob:
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     """HF module names (q_proj, ..., down_proj) or ('all-linear',)."""
+    lora_dropout: float = 0.0
+    """peft's default 0.0 uses nn.Identity; > 0 keeps a dropout copy and mask per adapted linear."""
     qlora_double_quant: bool = True
     num_gpus: int = 1
     sharding: Sharding = "ddp"
@@ -98,6 +100,8 @@ def job_problems(job: MemoryJob) -> list[str]:
         value = getattr(job, name)
         if not isinstance(value, int) or value <= 0:
             problems.append(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
+    if not 0.0 <= job.lora_dropout < 1.0:
+        problems.append(f"lora-dropout must be in [0, 1), got {job.lora_dropout!r}")
     for name in ("context_len", "generate_len"):
         if getattr(job, name) < 0:
             problems.append(f"{name.replace('_', '-')} must not be negative, got {getattr(job, name)!r}")

@@ -1,0 +1,194 @@
+"""Bytes held per parameter: weights, QLoRA constants, gradients, optimizer states, LoRA adapters.
+
+Sources: Adam keeps two moments per parameter in the parameter's dtype (torch.optim.AdamW); DeepSpeed ZeRO's
+mixed precision keeps bf16/fp16 params and grads plus fp32 master weights and moments, K = 12 bytes of
+optimizer state per parameter (Rajbhandari et al. 2020, ZeRO, §3); bitsandbytes 8-bit Adam keeps two uint8
+states with one fp32 absmax per 256-value block (Dettmers et al. 2022, 8-bit optimizers); HF Adafactor
+(beta1=None default) keeps row and column second-moment factors for matrices, a full fp32 vector for vectors
+(Shazeer & Stern 2018); QLoRA NF4 packs two 4-bit values per byte with one absmax per 64 values, 8-bit absmax
++ one fp32 per 256 blocks under double quantisation (Dettmers et al. 2023, QLoRA §2; bitsandbytes
+Linear4bit); peft keeps adapters in fp32 when the base is bf16/fp16 (`autocast_adapter_dtype=True`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rentwise.memory.activations import lora_target_names
+from rentwise.memory.job import MemoryJob
+from rentwise.models.shape import ModelShape
+
+NF4_BLOCK = 64  # values per absmax block (bitsandbytes blocksize for 4-bit)
+DQ_BLOCK = 256  # absmax values per second-level fp32 constant under double quantisation
+ADAM8BIT_BLOCK = 256  # bitsandbytes blockwise 8-bit optimizer state block
+# Per quantised tensor: the 16-value NF4 code table (fp32) and, with double quantisation, the 256-value
+# dynamic 8-bit code plus an fp32 offset (bitsandbytes QuantState).
+NF4_CODE_BYTES = 16 * 4
+DQ_CODE_BYTES = 256 * 4 + 4
+
+
+@dataclass(frozen=True)
+class ParameterBytes:
+    """Per-device bytes that scale with the parameter count (before activations)."""
+
+    weights: int
+    quant_constants: int
+    gradients: int
+    optimizer: int
+    adapter: int  # adapter weights + grads + states
+    optimizer_temporary: int  # foreach AdamW's sqrt(exp_avg_sq) copy during the step
+    autocast_copies: int  # bf16 casts of linear weights kept from forward to backward under autocast
+    dequant_temporary: int  # QLoRA: one dequantised bf16 weight at a time
+    gather_buffers: int  # ZeRO-3/FSDP: unsharded layers in flight (current + prefetched)
+    ddp_buckets: int  # DDP gradient buckets (a second copy of trainable grads)
+    reduce_buckets: int  # ZeRO-2/3 gradient reduce bucket
+
+
+def linear_weight_params(shape: ModelShape) -> int:
+    """Weights of every decoder-layer linear (what bitsandbytes quantises; biases stay in bf16)."""
+    return shape.num_layers * sum(
+        lin.copies * lin.in_features * lin.out_features for lin in shape.layer_linears()
+    )
+
+
+def linear_tensor_count(shape: ModelShape) -> int:
+    return shape.num_layers * sum(lin.copies for lin in shape.layer_linears())
+
+
+def adapter_params(shape: ModelShape, job: MemoryJob) -> int:
+    """LoRA A (rank x in) and B (out x rank) for every targeted linear in every layer."""
+    targets = lora_target_names(shape, job)
+    per_layer = sum(
+        lin.copies * job.lora_rank * (lin.in_features + lin.out_features)
+        for lin in shape.layer_linears()
+        if lin.name in targets
+    )
+    return shape.num_layers * per_layer
+
+
+def _state_bytes_per_param(job: MemoryJob, param_bytes: int) -> float:
+    if job.optimizer in ("adamw", "adamw_fused"):
+        return 2 * param_bytes
+    if job.optimizer == "adamw_8bit":
+        return 2 + 2 * 4 / ADAM8BIT_BLOCK
+    if job.optimizer == "sgd_momentum":
+        return param_bytes
+    return 0  # sgd; adafactor is counted from the matrix shapes
+
+
+def _adafactor_state(shape: ModelShape) -> int:
+    """Row + column fp32 factors for every matrix, a full fp32 vector for every vector parameter."""
+    per_layer = sum(lin.copies * (lin.in_features + lin.out_features) for lin in shape.layer_linears())
+    vectors = shape.layer_params() - sum(lin.copies * lin.in_features * lin.out_features
+                                         for lin in shape.layer_linears())  # fmt: skip
+    embed = shape.vocab_size + shape.hidden_size
+    head = 0 if shape.tie_embeddings else embed
+    return 4 * (shape.num_layers * (per_layer + vectors) + embed + head + shape.hidden_size)
+
+
+def _largest_layer_params(shape: ModelShape) -> int:
+    return shape.layer_params()
+
+
+def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
+    """Bytes per device for weights, gradients, optimizer states and the buffers that go with them."""
+    n = shape.num_params
+    tp = job.tensor_parallel
+    dp = job.data_parallel
+    deepspeed = job.sharding in ("zero1", "zero2", "zero3")
+    autocast = job.precision.startswith("amp")
+    wide = job.precision == "fp32" or autocast  # parameters stored in fp32
+    compute = 4 if job.precision == "fp32" else 2
+    linear_w = linear_weight_params(shape)
+
+    # 1. base weights
+    if job.method == "qlora":
+        weights = linear_w // 2 + (n - linear_w) * 2
+        blocks = -(-linear_w // NF4_BLOCK)
+        tensors = linear_tensor_count(shape)
+        if job.qlora_double_quant:
+            quant = blocks + 4 * -(-blocks // DQ_BLOCK) + tensors * (NF4_CODE_BYTES + DQ_CODE_BYTES)
+        else:
+            quant = 4 * blocks + tensors * NF4_CODE_BYTES
+    else:
+        param_bytes = 2 if (deepspeed and autocast and job.method == "full") else (4 if wide else 2)
+        weights, quant = n * param_bytes, 0
+
+    # 2. what trains: all parameters (full) or the adapters
+    gradients = optimizer = adapter = opt_temp = ddp = reduce = 0
+    if job.method == "full":
+        param_bytes = 4 if wide else 2
+        grad_bytes = 2 if (deepspeed and autocast) else param_bytes
+        gradients = n * grad_bytes
+        if job.optimizer == "adafactor":
+            optimizer = _adafactor_state(shape)
+        else:
+            optimizer = int(n * _state_bytes_per_param(job, param_bytes))
+        if deepspeed and autocast:
+            optimizer += 4 * n  # fp32 master weights live in the optimizer (ZeRO's K = 12 with Adam)
+        if job.optimizer == "adamw":
+            opt_temp = n * param_bytes  # torch._foreach_sqrt(exp_avg_sqs): one state-sized copy
+        elif job.optimizer == "adafactor":
+            opt_temp = 3 * 4 * _largest_layer_params(shape) // max(1, len(shape.layer_linears()))
+        if job.num_gpus > 1 and job.sharding == "ddp":
+            ddp = gradients  # Reducer buckets, gradient_as_bucket_view=False (DDP default)
+        trainable_grads = gradients
+    elif job.uses_adapter:
+        n_adapter = adapter_params(shape, job)
+        states = (
+            int(n_adapter * _state_bytes_per_param(job, 4)) if job.optimizer != "adafactor" else 8 * n_adapter
+        )
+        adapter = n_adapter * (4 + 4) + states  # fp32 weights + grads + states
+        opt_temp = 4 * n_adapter if job.optimizer == "adamw" else 0
+        if job.num_gpus > 1 and job.sharding == "ddp":
+            ddp = 4 * n_adapter
+        trainable_grads = 4 * n_adapter
+
+    # 3. sharding across data-parallel ranks, tensor parallel as a plain divisor
+    if job.is_training and dp > 1:
+        if job.sharding in ("zero1", "zero2", "zero3", "fsdp"):
+            optimizer //= dp
+            opt_temp //= dp
+            adapter = adapter // dp if job.sharding in ("zero3", "fsdp") else adapter
+        if job.sharding in ("zero2", "zero3", "fsdp"):
+            gradients //= dp
+            # DeepSpeed/HF 'auto' reduce_bucket_size = hidden_size^2 elements (HF deepspeed integration docs)
+            reduce = min(shape.hidden_size**2, trainable_grads) * 2 if deepspeed else 0
+        if job.sharding in ("zero3", "fsdp"):
+            weights //= dp
+            quant //= dp
+    gather = 0
+    if job.sharding in ("zero3", "fsdp") and (dp > 1 or job.offload == "optimizer+params"):
+        # one decoder layer unsharded for compute plus the next one prefetched, in the compute dtype
+        layer_bytes = shape.layer_params() * (compute if job.method != "qlora" else 1)
+        gather = 2 * layer_bytes // tp
+    if job.offload != "none":
+        optimizer = opt_temp = (
+            0  # DeepSpeed CPU Adam / FSDP CPU offload keep states (and masters) on the host
+        )
+    if job.offload == "optimizer+params":
+        weights = quant = 0
+
+    # 4. transient copies made in forward/backward
+    autocast_copies = 0
+    # DeepSpeed and FSDP compute from bf16 params they hold or gather; plain torch AMP casts under autocast.
+    if autocast and job.method != "qlora" and job.sharding == "ddp":
+        lm_head = shape.vocab_size * shape.hidden_size
+        autocast_copies = 2 * (linear_w + lm_head)
+    dequant = 0
+    if job.method == "qlora":
+        dequant = 2 * max(lin.in_features * lin.out_features for lin in shape.layer_linears())
+
+    return ParameterBytes(
+        weights=weights // tp,
+        quant_constants=quant // tp,
+        gradients=gradients // tp,
+        optimizer=optimizer // tp,
+        adapter=adapter // tp,
+        optimizer_temporary=opt_temp // tp,
+        autocast_copies=autocast_copies // tp,
+        dequant_temporary=dequant // tp,
+        gather_buffers=gather,
+        ddp_buckets=ddp // tp,
+        reduce_buckets=reduce,
+    )
