@@ -55,9 +55,9 @@ def format_count(n: int | float) -> str:
 def format_duration(seconds: float) -> str:
     """Seconds as '2h 05m', '3m 20s' or '12.3s'."""
     if seconds >= 3600:
-        hours, rest = divmod(int(round(seconds)), 3600)
+        hours, rest = divmod(round(seconds), 3600)
         return f"{hours}h {rest // 60:02d}m"
     if seconds >= 60:
-        minutes, secs = divmod(int(round(seconds)), 60)
+        minutes, secs = divmod(round(seconds), 60)
         return f"{minutes}m {secs:02d}s"
     return f"{seconds:.1f}s"

@@ -80,8 +80,8 @@ def linear_inputs_saved(d: Dims, elems: int, input_bytes: int, consumers: tuple[
     under autocast each consumer saves its own bf16 cast (autocast caches casts of leaf weights only), unless
     the input is bf16 already. LoRA: the frozen base saves nothing; each adapter's lora_A saves its input cast
     to the adapter dtype (peft `_cast_input_dtype`: fp32 adapters, or a bf16 autocast copy), shared only when
-    no cast is needed; lora_B saves lora_A's (tokens x rank) output. With lora_dropout > 0 each adapter keeps a
-    dropout output plus a one-byte mask instead.
+    no cast is needed; lora_B saves lora_A's (tokens x rank) output. With lora_dropout > 0 each adapter
+    keeps a dropout output plus a one-byte mask instead.
     """
     saved = 0
     if full:

@@ -1,4 +1,4 @@
-"""`MemoryBreakdown`: the one type every memory answer uses (analytic estimate, fake-tensor trace, measurement).
+"""`MemoryBreakdown`: the one type every memory answer uses (analytic estimate, trace, measurement).
 
 The components add up to the total by construction. Three totals exist because GPUs report three numbers:
 `allocated_bytes` (torch.cuda.max_memory_allocated: live tensors + cuBLAS workspace), `reserved_bytes`
@@ -51,7 +51,7 @@ class MemoryBreakdown:
     quant_constants_bytes: int
     """QLoRA absmax and double-quantisation constants."""
     temporaries_bytes: int
-    """Short-lived buffers live at the peak: optimizer temporaries, all-gather buffers, dequantised weights."""
+    """Short-lived buffers at the peak: optimizer temporaries, all-gather buffers, dequantised weights."""
     workspace_bytes: int
     """cuBLAS/cuBLASLt workspace, allocated through the caching allocator."""
     allocator_slack_bytes: int
@@ -68,7 +68,7 @@ class MemoryBreakdown:
     @property
     def allocated_bytes(self) -> int:
         """What torch.cuda.max_memory_allocated() would report."""
-        return sum(getattr(self, name) for name in COMPONENT_LABELS) - (
+        return sum(int(getattr(self, name)) for name in COMPONENT_LABELS) - (
             self.allocator_slack_bytes + self.cuda_context_bytes
         )
 

@@ -179,10 +179,8 @@ def _inference_phases(shape: ModelShape, job: MemoryJob) -> list[_Phase]:
     if job.attention == "eager":
         attention += (FP32 + c) * (shape.num_heads // d.tp) * d.batch * prompt * prompt
     working = 2 * c * t * h + FP32 * t * h + max(mlp, attention)
-    if job.generate_len:
-        logits = d.batch * shape.vocab_size * (c + FP32)  # last position only, copied to fp32 for sampling
-    else:
-        logits = t * shape.vocab_size * c // d.tp
+    # generate() keeps the last position's logits and copies them to fp32 for sampling
+    logits = d.batch * shape.vocab_size * (c + FP32) if job.generate_len else t * shape.vocab_size * c // d.tp
     prefill = _Phase("prefill", activations=working, logits=logits, kv_cache=kv_per_token * prompt)
     if not job.generate_len:
         return [prefill]

@@ -43,7 +43,7 @@ class MemoryJob:
     seq_len: int = 2048
     grad_checkpointing: bool = False
     attention: Attention = "sdpa"
-    """eager materialises heads x seq^2 scores; sdpa/flash keep only output + logsumexp (CUDA, half precision)."""
+    """eager materialises heads x seq^2 scores; sdpa/flash keep only the output and logsumexp."""
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     """HF module names (q_proj, ..., down_proj) or ('all-linear',)."""

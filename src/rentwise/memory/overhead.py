@@ -10,8 +10,8 @@ from rentwise.units import MIB
 # CUDA context + loaded kernel images, outside PyTorch's allocator (so in nvidia-smi's figure only).
 # Measured: 1343 MiB on V100 with CUDA 11 eager module loading (HF perf_train_gpu_one docs, row 1 of
 # shared/data/gpu_memory_measurements.csv). Since CUDA 11.7 / PyTorch 1.13, CUDA_MODULE_LOADING=LAZY is the
-# default and the context is ~300-600 MiB (PyTorch CUDA semantics notes on lazy loading; the shared data README
-# quotes 0.3-1.3 GiB). We use the middle of the lazy-loading range.
+# default and the context is ~300-600 MiB (PyTorch CUDA semantics notes on lazy loading; the shared data
+# README quotes 0.3-1.3 GiB). We use the middle of the lazy-loading range.
 CUDA_CONTEXT_BYTES = 500 * MIB
 
 # cuBLAS workspace, allocated through PyTorch's caching allocator (so it counts in memory_allocated).
