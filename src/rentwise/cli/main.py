@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "memory": ("rentwise.cli.memory", "Peak GPU memory of a training or inference job, broken down."),
     "models": ("rentwise.cli.models", "List the bundled model shapes."),
     "gpus": ("rentwise.cli.gpus", "List the GPU spec catalog."),
+    "train": ("rentwise.cli.train", "Fine-tune with atomic checkpoints and exact resume after preemption."),
+    "checkpoints": ("rentwise.cli.checkpoints", "List a run's checkpoints: valid, partial or corrupt."),
 }
 
 EXIT_CODES_HELP = (

@@ -55,8 +55,8 @@ def fit_on_gpus(
         if single.total_bytes <= gpu.usable_bytes:
             fits.append(GpuFit(gpu.name, gpu.usable_bytes, single.total_bytes, job.num_gpus, strategy, True))
             continue
-        fits.append(_fewest_cards(shape, job, gpu, scaled) or
-                    GpuFit(gpu.name, gpu.usable_bytes, single.total_bytes, job.num_gpus, strategy, False))  # fmt: skip
+        no_fit = GpuFit(gpu.name, gpu.usable_bytes, single.total_bytes, job.num_gpus, strategy, False)
+        fits.append(_fewest_cards(shape, job, gpu, scaled) or no_fit)
     return sorted(fits, key=lambda f: (not f.fits, f.gpu_count, f.usable_bytes))
 
 

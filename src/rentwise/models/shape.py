@@ -30,18 +30,26 @@ SUPPORTED_TYPES = (
 #   default on).
 # - never: mistral, mixtral, phi3, baichuan.
 _QKV_AND_O_BIAS = ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "internlm2", "yi", "deepseek")
+# MoE types whose fused experts and router peft 0.21.2's "all-linear" reaches: those transformers 5.24's
+# conversion_mapping knows (qwen3_moe) plus the one peft adds (mixtral). qwen2_moe is missing from both.
+_PEFT_ALL_LINEAR_REACHES_EXPERTS = ("mixtral", "qwen3_moe")
 _TIED_BY_DEFAULT = ("gemma", "gemma2")  # transformers' config defaults; every other type defaults to untied
 
 
 @dataclass(frozen=True)
 class LinearLayer:
-    """One weight matrix inside a decoder layer, named as the Hugging Face module names it.
+    """One weight matrix inside a decoder layer, named as the Hugging Face module (or parameter) names it.
 
-    `is_peft_target` says whether it is an `nn.Linear` that peft wraps through `target_modules` (and
-    `"all-linear"`). It is False for MoE experts and routers: transformers 5.x stores all experts of a layer
-    as one 3-D `nn.Parameter` (`experts.gate_up_proj`: experts x 2*moe_intermediate x hidden) and the router
-    as a bare `nn.Parameter`, so peft's `"all-linear"` leaves them frozen and LoRA on a MoE model adapts
-    attention (and shared experts) only, unless experts are named in peft's `target_parameters`.
+    MoE experts and routers are not `nn.Linear` modules in transformers 5.x (`is_nn_linear=False`): all
+    experts of a layer are one 3-D `nn.Parameter` (`experts.gate_up_proj`: experts x 2*moe_intermediate x
+    hidden; `experts.down_proj`) and the router is a bare (experts x hidden) `nn.Parameter` (`gate.weight`).
+    peft 0.21 still adapts them under `target_modules="all-linear"` for the model types transformers'
+    `conversion_mapping` lists (mixtral, qwen3_moe; not qwen2_moe): it maps the transformers-4 names
+    (w1/w3/w2, gate_proj/up_proj/down_proj, gate) onto these parameters (`target_parameters`) and wraps each
+    in a `ParamWrapper` with a rank-(r x experts) LoRA, doubling r on the fused `gate_up_proj`
+    (`lora_rank_factor=2`). For other MoE types, and in older peft, "all-linear" leaves experts and router
+    frozen (`is_all_linear_target=False`). Verified against peft 0.21.2 + transformers 5.24 in
+    tests/unit/models/test_shape_vs_transformers.py.
     """
 
     name: str
@@ -50,7 +58,9 @@ class LinearLayer:
     has_bias: bool
     copies: int = 1  # experts: one per expert
     active_copies: int = 1  # experts: how many run per token
-    is_peft_target: bool = True
+    is_nn_linear: bool = True
+    is_all_linear_target: bool = True  # adapted by peft's target_modules="all-linear"
+    lora_rank_factor: int = 1  # peft's rank multiplier for this weight (2 on fused MoE gate_up_proj)
 
     @property
     def params(self) -> int:
@@ -134,13 +144,13 @@ class ModelShape:
 
     def _moe_linears(self) -> tuple[LinearLayer, ...]:
         h, e, k, i = self.hidden_size, self.num_experts, self.experts_per_token, self.moe_intermediate_size
+        adapted = self.model_type in _PEFT_ALL_LINEAR_REACHES_EXPERTS
+        fused = {"is_nn_linear": False, "is_all_linear_target": adapted}
         layers = [
             # transformers>=5 fuses each layer's experts into 3-D parameters (see LinearLayer).
-            LinearLayer("experts.gate_up_proj", h, 2 * i, False, e, k, is_peft_target=False),
-            LinearLayer("experts.down_proj", i, h, False, e, k, is_peft_target=False),
-            LinearLayer(
-                "gate", h, e, False, is_peft_target=False
-            ),  # router: a bare (experts x hidden) weight
+            LinearLayer("experts.gate_up_proj", h, 2 * i, False, e, k, lora_rank_factor=2, **fused),
+            LinearLayer("experts.down_proj", i, h, False, e, k, **fused),
+            LinearLayer("gate", h, e, False, **fused),  # router: a bare (experts x hidden) weight
         ]
         if self.shared_expert_intermediate_size:  # qwen2_moe: one always-on expert, gated by a sigmoid
             s = self.shared_expert_intermediate_size
@@ -152,9 +162,18 @@ class ModelShape:
             ]
         return tuple(layers)
 
-    def peft_linears(self) -> tuple[LinearLayer, ...]:
-        """The layers of one decoder layer that peft's `target_modules="all-linear"` wraps."""
-        return tuple(lin for lin in self.layer_linears() if lin.is_peft_target)
+    def lora_params(self, rank: int) -> int:
+        """Trainable parameters of a LoRA adapter of `rank` on every decoder-layer weight (no LoRA bias).
+
+        This is what peft 0.21's `target_modules="all-linear"` creates: the `layer_linears()` marked
+        `is_all_linear_target`, never the LM head. Each adds A (rank x in) and B (out x rank), per expert.
+        """
+        per_layer = sum(
+            lin.lora_rank_factor * rank * lin.copies * (lin.in_features + lin.out_features)
+            for lin in self.layer_linears()
+            if lin.is_all_linear_target
+        )
+        return self.num_layers * per_layer
 
     @property
     def is_moe(self) -> bool:
