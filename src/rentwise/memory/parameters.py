@@ -115,7 +115,9 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
         weights, quant = n * param_bytes, 0
 
     # 2. what trains: all parameters (full) or the adapters
-    gradients = optimizer = adapter = opt_temp = ddp = reduce = 0
+    gradients = optimizer = opt_temp = ddp = reduce = 0
+    adapter_parts = [0, 0, 0]  # LoRA weights, grads, states: sharded like the full model's
+    trainable = 0
     if job.method == "full":
         param_bytes = 4 if wide else 2
         grad_bytes = 2 if (deepspeed and autocast) else param_bytes
@@ -132,31 +134,31 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
             opt_temp = 3 * 4 * _largest_layer_params(shape) // max(1, len(shape.layer_linears()))
         if job.num_gpus > 1 and job.sharding == "ddp":
             ddp = gradients  # Reducer buckets, gradient_as_bucket_view=False (DDP default)
-        trainable_grads = gradients
+        trainable = n
     elif job.uses_adapter:
         n_adapter = adapter_params(shape, job)
-        states = (
-            int(n_adapter * _state_bytes_per_param(job, 4)) if job.optimizer != "adafactor" else 8 * n_adapter
-        )
-        adapter = n_adapter * (4 + 4) + states  # fp32 weights + grads + states
+        states = int(n_adapter * _state_bytes_per_param(job, 4)) if job.optimizer != "adafactor" else 8 * n_adapter
+        adapter_parts = [4 * n_adapter, 4 * n_adapter, states]  # fp32 weights, grads, optimizer states
         opt_temp = 4 * n_adapter if job.optimizer == "adamw" else 0
         if job.num_gpus > 1 and job.sharding == "ddp":
             ddp = 4 * n_adapter
-        trainable_grads = 4 * n_adapter
+        trainable = n_adapter
 
     # 3. sharding across data-parallel ranks, tensor parallel as a plain divisor
     if job.is_training and dp > 1:
         if job.sharding in ("zero1", "zero2", "zero3", "fsdp"):
             optimizer //= dp
             opt_temp //= dp
-            adapter = adapter // dp if job.sharding in ("zero3", "fsdp") else adapter
+            adapter_parts[2] //= dp
         if job.sharding in ("zero2", "zero3", "fsdp"):
             gradients //= dp
+            adapter_parts[1] //= dp
             # DeepSpeed/HF 'auto' reduce_bucket_size = hidden_size^2 elements (HF deepspeed integration docs)
-            reduce = min(shape.hidden_size**2, trainable_grads) * 2 if deepspeed else 0
+            reduce = min(shape.hidden_size**2, trainable) * 2 if deepspeed else 0
         if job.sharding in ("zero3", "fsdp"):
             weights //= dp
             quant //= dp
+            adapter_parts[0] //= dp
     gather = 0
     if job.sharding in ("zero3", "fsdp") and (dp > 1 or job.offload == "optimizer+params"):
         # one decoder layer unsharded for compute plus the next one prefetched, in the compute dtype
@@ -184,7 +186,7 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
         quant_constants=quant // tp,
         gradients=gradients // tp,
         optimizer=optimizer // tp,
-        adapter=adapter // tp,
+        adapter=sum(adapter_parts) // tp,
         optimizer_temporary=opt_temp // tp,
         autocast_copies=autocast_copies // tp,
         dequant_temporary=dequant // tp,
