@@ -25,6 +25,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "memory": ("rentwise.cli.memory", "Peak GPU memory of a training or inference job, broken down."),
     "models": ("rentwise.cli.models", "List the bundled model shapes."),
     "gpus": ("rentwise.cli.gpus", "List the GPU spec catalog."),
+    "doctor": ("rentwise.cli.doctor", "Is this machine usable? Each check with its fix."),
+    "bench": ("rentwise.cli.bench", "Short GPU benchmark: healthy, throttled, shared or not as sold."),
+    "watch": ("rentwise.cli.watch", "Live GPU monitor with advice; `-- CMD` wraps a job."),
     "train": ("rentwise.cli.train", "Fine-tune with atomic checkpoints and exact resume after preemption."),
     "checkpoints": ("rentwise.cli.checkpoints", "List a run's checkpoints: valid, partial or corrupt."),
 }
