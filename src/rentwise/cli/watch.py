@@ -129,7 +129,7 @@ def _exit_code(summary: WatchSummary) -> int:
 
 def gpu_rows(sample: Sample) -> list[tuple[str, ...]]:
     """One row per GPU of a sample: index, memory, util, power, temperature, SM clock, slowdowns."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in sample.gpus:
         power = (
             f"{r.power_w:.0f}/{r.power_limit_w:.0f} W" if r.power_w is not None and r.power_limit_w else "-"
