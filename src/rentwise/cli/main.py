@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "watch": ("rentwise.cli.watch", "Live GPU monitor with advice; `-- CMD` wraps a job."),
     "train": ("rentwise.cli.train", "Fine-tune with atomic checkpoints and exact resume after preemption."),
     "checkpoints": ("rentwise.cli.checkpoints", "List a run's checkpoints: valid, partial or corrupt."),
+    "plan": ("rentwise.cli.plan", "What to rent for a fine-tune: ranked by the cost of the whole job."),
+    "prices": ("rentwise.cli.prices", "List the rental offer catalog, filtered, in your currency."),
+    "fix": ("rentwise.cli.fix", "OOM doctor: which component overflows and the fixes, best first."),
+    "tco": ("rentwise.cli.tco", "Rent vs buy: break-even busy hours per month."),
 }
 
 EXIT_CODES_HELP = (
