@@ -130,3 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """Console-script entry point."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()
