@@ -202,3 +202,19 @@ def test_catalog_import_and_lookup_do_not_import_torch() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+# Qwen model cards state "Number of Parameters" and "Number of Parameters (Non-Embedding)" rounded to 0.1B
+# or 0.01B (Qwen truncates rather than rounds: 3.353B active is printed 3.3B), so 0.05B is the tolerance.
+@pytest.mark.parametrize(
+    ("name", "total_billions", "non_embedding_billions"),
+    [("qwen3-0.6b", 0.6, 0.44), ("qwen3-1.7b", 1.7, 1.4), ("qwen3-4b", 4.0, 3.6), ("qwen3-8b", 8.2, 6.95),
+     ("qwen3-14b", 14.8, 13.2), ("qwen3-32b", 32.8, 31.2), ("qwen3-30b-a3b", 30.5, 29.9),
+     ("qwen2.5-0.5b", 0.49, 0.36), ("qwen2.5-1.5b", 1.54, 1.31), ("qwen2.5-3b", 3.09, 2.77),
+     ("qwen2.5-7b", 7.61, 6.53)],
+)  # fmt: skip
+def test_qwen_model_card_counts(name: str, total_billions: float, non_embedding_billions: float) -> None:
+    shape = load_shape(name)
+    non_embedding = shape.num_params - shape.embedding_params - shape.lm_head_params
+    assert shape.num_params / 1e9 == pytest.approx(total_billions, abs=0.05)
+    assert non_embedding / 1e9 == pytest.approx(non_embedding_billions, abs=0.05)
