@@ -52,6 +52,8 @@ _OPTIONS: list[Callable[[F], F]] = [
                  help="CPU offload (with zero2/zero3/fsdp)."),
     click.option("--tp", "tensor_parallel", type=int, default=1, show_default=True,
                  help="Tensor-parallel degree (a plain divisor)."),
+    click.option("--legacy-logits", is_flag=True, default=False,
+                 help="transformers < 4.45: fp32 logits kept in the model output plus a shifted copy."),
     click.option("--context", "context_len", type=int, default=0,
                  help="Inference: prompt tokens [default: --seq]."),
     click.option("--generate", "generate_len", type=int, default=0, show_default=True,
@@ -61,7 +63,7 @@ _OPTIONS: list[Callable[[F], F]] = [
 JOB_OPTION_NAMES = (
     "method", "precision", "optimizer", "micro_batch", "seq_len", "grad_checkpointing", "attention",
     "lora_rank", "lora_targets", "lora_dropout", "qlora_double_quant", "num_gpus", "sharding", "offload",
-    "tensor_parallel", "context_len", "generate_len",
+    "tensor_parallel", "legacy_logits", "context_len", "generate_len",
 )  # fmt: skip
 
 

@@ -116,7 +116,7 @@ def _activations(shape: ModelShape, job: MemoryJob, d: Dims) -> tuple[int, int]:
     return layers + _base_saved(shape, job, d), one_layer
 
 
-def _logits(shape: ModelShape, d: Dims) -> tuple[int, int]:
+def _logits(shape: ModelShape, d: Dims, legacy: bool) -> tuple[int, int]:
     """(forward peak, backward peak) of the logits and HF's cross-entropy (loss_utils.ForCausalLMLoss).
 
     Forward: logits in the compute dtype, `.float()` copy, log_softmax output (saved). Backward: the saved
@@ -124,6 +124,9 @@ def _logits(shape: ModelShape, d: Dims) -> tuple[int, int]:
     the model output, as in `loss = model(**batch).loss`).
     """
     tv = d.tokens * shape.vocab_size // d.tp
+    if legacy:
+        # fp32 logits held by the output + shifted contiguous copy + log-probs; backward adds two fp32 grads
+        return 3 * FP32 * tv, 4 * FP32 * tv
     upcast = FP32 * tv if d.compute != FP32 else 0
     forward = d.compute * tv + upcast + FP32 * tv
     backward = 3 * FP32 * tv
@@ -133,7 +136,7 @@ def _logits(shape: ModelShape, d: Dims) -> tuple[int, int]:
 def _training_phases(shape: ModelShape, job: MemoryJob, params: ParameterBytes) -> list[_Phase]:
     d = dims_for(job)
     activations, one_layer = _activations(shape, job, d)
-    logits_fwd, logits_bwd = _logits(shape, d)
+    logits_fwd, logits_bwd = _logits(shape, d, job.legacy_logits)
     transient = params.autocast_copies + params.dequant_temporary + params.gather_buffers
     layer_grads = params.gradients // max(1, shape.num_layers)
     phases = [

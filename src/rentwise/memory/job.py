@@ -54,6 +54,9 @@ class MemoryJob:
     sharding: Sharding = "ddp"
     offload: Offload = "none"
     tensor_parallel: int = 1
+    legacy_logits: bool = False
+    """Transformers before ~4.45 upcast all logits to fp32 inside the model (kept by the returned output) and
+    made a contiguous shifted copy for the loss; newer versions upcast inside the loss function."""
     context_len: int = 0
     """Inference: prompt tokens per sequence (defaults to seq_len)."""
     generate_len: int = 0
