@@ -76,8 +76,8 @@ def parse_row(raw: dict[str, str]) -> Row:
     what = _what(raw["measured_what"])
     base = dict(row_id=raw["row_id"], model=model, measured_bytes=measured, measured_what=what)
     if model not in MODEL_MAP:
-        return Row(**base, job=None, reason="architecture not in the catalog (encoder, enc-dec or GPTBigCode)",
-                   assumption="")  # fmt: skip
+        reason = "architecture not in the catalog (encoder, enc-dec or GPTBigCode)"
+        return Row(**base, job=None, reason=reason, assumption="")
     method = {"QLoRA": "qlora", "LoRA": "lora"}.get(raw["task"].strip())
     if method is None:
         return Row(**base, job=None, reason=f"task '{raw['task']}' not modelled", assumption="")
@@ -87,7 +87,7 @@ def parse_row(raw: dict[str, str]) -> Row:
     offload = "none"
     assumption = "lora_dropout 0.1 as stated; transformers < 4.45 logits path"
     if model == "meta-llama/Llama-2-70b-hf":
-        # 35 GB of NF4 weights cannot sit on two 24 GB cards with 15 GB peak each: the run used FSDP CPU offload
+        # 35 GB of NF4 weights cannot sit on two 24 GB cards peaking at 15 GB each: the run used CPU offload
         offload = "optimizer+params"
         assumption += "; CPU offload assumed (weights exceed the measured peak)"
     if "sharding_strategy='ddp'" in raw["parallelism"]:
@@ -155,8 +155,10 @@ def main() -> None:
             f"| {r['measured_gib']} | {r['analytic_gib']} | {r['error_pct']:+.1f}% |"
         )
     lines.append("")
-    lines.append(f"median |error| {summary['median_abs_error_pct']}%, max {summary['max_abs_error_pct']}% over "
-                 f"{summary['rows_expressed']} rows; {summary['rows_skipped']} rows not expressible:")  # fmt: skip
+    lines.append(
+        f"median |error| {summary['median_abs_error_pct']}%, max {summary['max_abs_error_pct']}% over "
+        f"{summary['rows_expressed']} rows; {summary['rows_skipped']} rows not expressible:"
+    )
     lines += [f"- row {s['row']} ({s['model']}): {s['reason']}" for s in skipped]
     table = "\n".join(lines)
     print(table)
