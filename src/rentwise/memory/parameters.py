@@ -137,7 +137,8 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
         trainable = n
     elif job.uses_adapter:
         n_adapter = adapter_params(shape, job)
-        states = int(n_adapter * _state_bytes_per_param(job, 4)) if job.optimizer != "adafactor" else 8 * n_adapter
+        per_param = _state_bytes_per_param(job, 4) if job.optimizer != "adafactor" else 8
+        states = int(n_adapter * per_param)
         adapter_parts = [4 * n_adapter, 4 * n_adapter, states]  # fp32 weights, grads, optimizer states
         opt_temp = 4 * n_adapter if job.optimizer == "adamw" else 0
         if job.num_gpus > 1 and job.sharding == "ddp":
