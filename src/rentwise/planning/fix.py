@@ -228,6 +228,7 @@ def _more_cards(shape: ModelShape, job: MemoryJob, gpu: GpuSpec, estimate: Estim
 def card_from_size(nameplate_bytes: int) -> GpuSpec:
     """A card known only by its nameplate memory: usable memory by the catalog's rule for unknown cards
     (nameplate × (1 − 1/64), rentwise/hardware/catalog.py), no compute figures."""
-    return GpuSpec(name=f"{nameplate_bytes / 2**30:g} GiB card", vendor="", memory_gib=nameplate_bytes / 2**30,
+    gib = nameplate_bytes / 2**30
+    return GpuSpec(name=f"{gib:g} GiB card", vendor="", memory_gib=gib,
                    architecture="unknown", compute_capability="", supports_bf16=True, source="user input",
                    as_of="")  # fmt: skip
