@@ -15,6 +15,7 @@ from typing import Any, Literal
 from rentwise.errors import ConfigError
 
 NormKind = Literal["rmsnorm", "layernorm"]
+LinearRole = Literal["attn_in", "attn_out", "mlp_in", "mlp_out", "router", "shared_gate", "other"]
 
 # model_type values whose layers we know how to count. Remote-code architectures that are a Llama under
 # other names (InternLM2's fused wqkv, Baichuan2's W_pack and NormHead) have exactly a Llama's parameter
@@ -61,6 +62,10 @@ class LinearLayer:
     is_nn_linear: bool = True
     is_all_linear_target: bool = True  # adapted by peft's target_modules="all-linear"
     lora_rank_factor: int = 1  # peft's rank multiplier for this weight (2 on fused MoE gate_up_proj)
+    role: LinearRole = "other"
+    """Which tensor it reads and writes, whatever the architecture names it: attn_in (q/k/v, fused or not,
+    read the normed hidden state), attn_out (o_proj/wo), mlp_in (gate/up, fused or not, experts' gate_up),
+    mlp_out (down/w2), router, shared_gate (qwen2_moe's sigmoid gate on the shared expert)."""
 
     @property
     def params(self) -> int:
@@ -110,55 +115,50 @@ class ModelShape:
         return self._attention_linears() + self._mlp_linears()
 
     def _attention_linears(self) -> tuple[LinearLayer, ...]:
-        h, q_out, kv_out = self.hidden_size, self.q_dim, self.kv_dim
-        if self.model_type == "phi3":
-            fused = (LinearLayer("qkv_proj", h, q_out + 2 * kv_out, self.qkv_bias),)
-            return (*fused, LinearLayer("o_proj", q_out, h, self.o_bias))
-        if self.model_type == "internlm2":
-            fused = (LinearLayer("wqkv", h, q_out + 2 * kv_out, self.qkv_bias),)
-            return (*fused, LinearLayer("wo", q_out, h, self.o_bias))
-        if self.model_type == "baichuan":
-            fused = (LinearLayer("W_pack", h, q_out + 2 * kv_out, self.qkv_bias),)
-            return (*fused, LinearLayer("o_proj", q_out, h, self.o_bias))
+        h, q_out, kv_out, bias = self.hidden_size, self.q_dim, self.kv_dim, self.qkv_bias
+        o_name = "wo" if self.model_type == "internlm2" else "o_proj"
+        o_proj = LinearLayer(o_name, q_out, h, self.o_bias, role="attn_out")
+        fused_name = {"phi3": "qkv_proj", "internlm2": "wqkv", "baichuan": "W_pack"}.get(self.model_type)
+        if fused_name:
+            return (LinearLayer(fused_name, h, q_out + 2 * kv_out, bias, role="attn_in"), o_proj)
         return (
-            LinearLayer("q_proj", h, q_out, self.qkv_bias),
-            LinearLayer("k_proj", h, kv_out, self.qkv_bias),
-            LinearLayer("v_proj", h, kv_out, self.qkv_bias),
-            LinearLayer("o_proj", q_out, h, self.o_bias),
+            LinearLayer("q_proj", h, q_out, bias, role="attn_in"),
+            LinearLayer("k_proj", h, kv_out, bias, role="attn_in"),
+            LinearLayer("v_proj", h, kv_out, bias, role="attn_in"),
+            o_proj,
         )
 
     def _mlp_linears(self) -> tuple[LinearLayer, ...]:
         h, i, bias = self.hidden_size, self.intermediate_size, self.mlp_bias
         if self.is_moe:
             return self._moe_linears()
+        down_name = "w2" if self.model_type == "internlm2" else "down_proj"
+        down = LinearLayer(down_name, i, h, bias, role="mlp_out")
         if self.model_type in ("phi3", "glm"):
-            return (LinearLayer("gate_up_proj", h, 2 * i, bias), LinearLayer("down_proj", i, h, bias))
-        if self.model_type == "internlm2":
-            return (
-                LinearLayer("w1", h, i, bias),
-                LinearLayer("w3", h, i, bias),
-                LinearLayer("w2", i, h, bias),
-            )
-        gate = (LinearLayer("gate_proj", h, i, bias),) if self.gated_mlp else ()
-        return (*gate, LinearLayer("up_proj", h, i, bias), LinearLayer("down_proj", i, h, bias))
+            return (LinearLayer("gate_up_proj", h, 2 * i, bias, role="mlp_in"), down)
+        gate_name, up_name = ("w1", "w3") if self.model_type == "internlm2" else ("gate_proj", "up_proj")
+        gate = (LinearLayer(gate_name, h, i, bias, role="mlp_in"),) if self.gated_mlp else ()
+        return (*gate, LinearLayer(up_name, h, i, bias, role="mlp_in"), down)
 
     def _moe_linears(self) -> tuple[LinearLayer, ...]:
         h, e, k, i = self.hidden_size, self.num_experts, self.experts_per_token, self.moe_intermediate_size
         adapted = self.model_type in _PEFT_ALL_LINEAR_REACHES_EXPERTS
-        fused = {"is_nn_linear": False, "is_all_linear_target": adapted}
+        fused: dict[str, Any] = {"is_nn_linear": False, "is_all_linear_target": adapted}
         layers = [
             # transformers>=5 fuses each layer's experts into 3-D parameters (see LinearLayer).
-            LinearLayer("experts.gate_up_proj", h, 2 * i, False, e, k, lora_rank_factor=2, **fused),
-            LinearLayer("experts.down_proj", i, h, False, e, k, **fused),
-            LinearLayer("gate", h, e, False, **fused),  # router: a bare (experts x hidden) weight
+            LinearLayer(
+                "experts.gate_up_proj", h, 2 * i, False, e, k, lora_rank_factor=2, role="mlp_in", **fused
+            ),
+            LinearLayer("experts.down_proj", i, h, False, e, k, role="mlp_out", **fused),
+            LinearLayer("gate", h, e, False, role="router", **fused),  # a bare (experts x hidden) weight
         ]
         if self.shared_expert_intermediate_size:  # qwen2_moe: one always-on expert, gated by a sigmoid
             s = self.shared_expert_intermediate_size
             layers += [
-                LinearLayer("shared_expert.gate_proj", h, s, False),
-                LinearLayer("shared_expert.up_proj", h, s, False),
-                LinearLayer("shared_expert.down_proj", s, h, False),
-                LinearLayer("shared_expert_gate", h, 1, False),
+                LinearLayer("shared_expert.gate_proj", h, s, False, role="mlp_in"),
+                LinearLayer("shared_expert.up_proj", h, s, False, role="mlp_in"),
+                LinearLayer("shared_expert.down_proj", s, h, False, role="mlp_out"),
+                LinearLayer("shared_expert_gate", h, 1, False, role="shared_gate"),
             ]
         return tuple(layers)
 

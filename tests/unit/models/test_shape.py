@@ -149,3 +149,18 @@ def test_moe_with_dense_layers_is_refused_rather_than_miscounted() -> None:
 def test_multimodal_wrapper_reads_the_text_config() -> None:
     shape = shape_from_config({"model_type": "llava", "text_config": tiny("llama")})
     assert (shape.model_type, shape.hidden_size) == ("llama", 64)
+
+
+def test_roles_describe_every_bundled_layer_whatever_its_name() -> None:
+    from rentwise.models.catalog import list_models
+
+    for entry in list_models():
+        shape, lins = entry.shape, entry.shape.layer_linears()
+        by_role = {role: [lin for lin in lins if lin.role == role] for role in {lin.role for lin in lins}}
+        assert "other" not in by_role, entry.name
+        assert sum(lin.out_features for lin in by_role["attn_in"]) == shape.q_dim + 2 * shape.kv_dim
+        assert [lin.in_features for lin in by_role["attn_out"]] == [shape.q_dim]
+        width = shape.moe_intermediate_size if shape.is_moe else shape.intermediate_size
+        assert sum(lin.out_features for lin in by_role["mlp_in"]) == 2 * width, entry.name
+        assert [lin.in_features for lin in by_role["mlp_out"]] == [width], entry.name
+        assert ("router" in by_role) == shape.is_moe
