@@ -120,6 +120,8 @@ def load_shape(spec: str) -> ModelShape:
             raise NotFoundError(f"folder '{spec}' has no config.json", hint=_UNKNOWN_HINT)
     if path.is_file():
         return _load_config_file(path)
+    if spec.endswith(".json") or spec.startswith(("/", "./", "../", "~")):
+        raise NotFoundError(f"no file at '{spec}'", hint=_UNKNOWN_HINT)
     if _looks_like_hub_id(spec):
         return _load_from_hub(spec.strip())
     known = [e.name for e in _bundled().values()]

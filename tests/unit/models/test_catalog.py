@@ -114,6 +114,11 @@ def test_folder_without_config_json(tmp_path: Path) -> None:
         load_shape(str(tmp_path))
 
 
+def test_missing_path_is_not_mistaken_for_a_model_name(tmp_path: Path) -> None:
+    with pytest.raises(NotFoundError, match=rf"^no file at '{tmp_path}/nope.json'$"):
+        load_shape(str(tmp_path / "nope.json"))
+
+
 def test_malformed_json_names_the_file_and_position(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text('{"model_type": "llama",\n "hidden_size": }')
