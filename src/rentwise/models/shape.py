@@ -2,8 +2,8 @@
 
 Everything the memory, time and cost models need is derived from these fields: parameter counts (exact, as
 `sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())` counts them in transformers 5.x,
-checked for every bundled config by tests/unit/models/test_shape.py), the linear layers LoRA can target, and
-the per-layer tensor sizes that activations are made of.
+checked for every bundled config by tests/unit/models/test_shape_vs_transformers.py), the layers LoRA can
+target, and the per-layer tensor sizes that activations are made of.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ class LinearLayer:
     `conversion_mapping` lists (mixtral, qwen3_moe; not qwen2_moe): it maps the transformers-4 names
     (w1/w3/w2, gate_proj/up_proj/down_proj, gate) onto these parameters (`target_parameters`) and wraps each
     in a `ParamWrapper` with a rank-(r x experts) LoRA, doubling r on the fused `gate_up_proj`
-    (`lora_rank_factor=2`). For other MoE types, and in older peft, "all-linear" leaves experts and router
-    frozen (`is_all_linear_target=False`). Verified against peft 0.21.2 + transformers 5.24 in
+    (`lora_rank_factor=2`). For other MoE types (and, unverified here, peft without this mapping) experts and
+    router stay frozen (`is_all_linear_target=False`). Verified against peft 0.21.2 + transformers 5.24 in
     tests/unit/models/test_shape_vs_transformers.py.
     """
 
