@@ -9,6 +9,7 @@ states on the first step, then `zero_grad(set_to_none=True)`.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -149,6 +150,10 @@ def _tag_optimizer_state(
             tracker.retag(value, "host" if is_host_scalar else category, name.rpartition(".")[0])
 
 
+def _cache_of(output: Any) -> Any:
+    return output["cache"] if "cache" in output else output["past_key_values"]
+
+
 def _tag_kv_cache(cache: Any, tracker: MemoryTracker) -> None:
     for layer in getattr(cache, "layers", ()):
         for attr in ("keys", "values"):
@@ -168,19 +173,21 @@ def run_inference(
     Logits are kept for the last position only, as `generate()` does (`logits_to_keep=1`).
     """
     model = built.model
+    # transformers 5 renamed `past_key_values` to `cache` (the old name still works, with a warning).
+    cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     with torch.no_grad(), _autocast(built):
         with _phase(tracker, "prefill", progress):
             with tracker.categorise("activations"):
                 input_ids = torch.randint(0, _vocab_size(built), (job.micro_batch, job.prompt_len))
             output = model(input_ids=input_ids, use_cache=True, logits_to_keep=1)
-            cache = output.past_key_values
+            cache = _cache_of(output)
             _tag_kv_cache(cache, tracker)
             next_ids = output.logits[:, -1:].argmax(-1)
             del output, input_ids
         for _ in range(job.generate_len):
             with _phase(tracker, "decode", None):
-                output = model(input_ids=next_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-                cache = output.past_key_values
+                output = model(input_ids=next_ids, **{cache_kwarg: cache}, use_cache=True, logits_to_keep=1)
+                cache = _cache_of(output)
                 _tag_kv_cache(cache, tracker)
                 next_ids = output.logits[:, -1:].argmax(-1)
                 del output
