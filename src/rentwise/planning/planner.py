@@ -273,14 +273,19 @@ def fastest_fit(shape: ModelShape, job: JobSpec, candidates: Sequence[_Candidate
     capacity = gpu.usable_bytes
     best: Fit | None = None
     smallest = min((c.peak_bytes for c in candidates), default=None)
+    untimed = ""
     for candidate in candidates:
         if candidate.peak_bytes > capacity:
             continue
         utilisation = job.utilisation or default_utilisation(gpu, candidate.strategy.method)
         timed = step_time(shape, job, candidate, gpu, num_gpus, interconnect, utilisation)
         if timed is None:
-            return f"the catalog has no tensor peak for {gpu.name} in {candidate.strategy.precision}"
+            untimed = f"the GPU catalog has no tensor peak for {gpu.name} in {candidate.strategy.precision}"
+            continue
         step, tokens = timed
+        if not math.isfinite(step.total_s):
+            untimed = f"the GPU catalog has no {interconnect or 'GPU-to-GPU'} bandwidth for {gpu.name}"
+            continue
         fit = Fit(candidate.strategy, candidate.peak_bytes, capacity, step, tokens, utilisation,
                   candidate.trainable_params)  # fmt: skip
         if best is None or (fit.tokens_per_s, fit.strategy.micro_batch) > (
@@ -290,6 +295,8 @@ def fastest_fit(shape: ModelShape, job: JobSpec, candidates: Sequence[_Candidate
             best = fit
     if best is not None:
         return best
+    if untimed:
+        return untimed
     if job.global_batch < num_gpus:
         return f"global batch {job.global_batch} is smaller than {num_gpus} GPUs"
     if smallest is None or smallest > capacity:

@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rentwise.hardware.catalog import find_gpu
+from rentwise.memory.breakdown import MemoryBreakdown
+from rentwise.memory.job import MemoryJob
+from rentwise.models.catalog import load_shape
+from rentwise.models.shape import ModelShape
+from rentwise.planning.job import JobSpec
+from rentwise.planning.offers import Currency, Offer, bundled_offers
+from rentwise.planning.planner import plan, recommend, sort_plans
+from rentwise.planning.time import matmul_params, training_flops_per_token
+
+SHAPE = load_shape("qwen2.5-0.5b")
+OFFERS = bundled_offers()
+
+
+def fixed_memory(total: int):  # type: ignore[no-untyped-def]
+    def estimate(shape: ModelShape, job: MemoryJob) -> MemoryBreakdown:
+        return MemoryBreakdown(total, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, peak_phase="backward")
+
+    return estimate
+
+
+def one_offer(**overrides: object) -> Offer:
+    values: dict[str, object] = dict(
+        id="x",
+        provider="P",
+        region="r",
+        gpu="H100 SXM5",
+        gpu_count=1,
+        currency="USD",
+        source="test",
+        on_demand_per_hour=2.0,
+        billing_unit_s=1,
+    )
+    values.update(overrides)
+    return Offer(**values)  # type: ignore[arg-type]
+
+
+def test_hand_checked_single_gpu_plan() -> None:
+    job = JobSpec(
+        model="m",
+        method="lora",
+        tokens=10_000_000,
+        micro_batch=4,
+        grad_checkpointing=False,
+        global_batch=4,
+        download_gbps=1e9,
+        billings=("on_demand",),
+        checkpoint_every_h=1e6,
+    )
+    result = plan(SHAPE, job, [one_offer()], estimate=fixed_memory(10 * 2**30))
+    (p,) = result.plans
+    n = matmul_params(SHAPE.num_active_params, SHAPE.embedding_params, SHAPE.vocab_size, SHAPE.hidden_size)
+    flops = training_flops_per_token(n, SHAPE.num_layers, SHAPE.q_dim, 2048, "lora", False).hardware
+    tokens_per_s = 989e12 * 0.40 / flops  # H100 dense bf16 × Hopper utilisation
+    assert p.tokens_per_s == pytest.approx(tokens_per_s)
+    assert p.compute_h == pytest.approx(10_000_000 / tokens_per_s / 3600)
+    assert p.cost.compute == pytest.approx(2.0 * p.wall_h, abs=2.0 / 3600)  # billed per started second
+    assert p.cost_per_mtok == pytest.approx(p.cost.total / 10)
+
+
+def test_nothing_fits_gives_reasons() -> None:
+    job = JobSpec(model="m", tokens=1_000_000)
+    result = plan(SHAPE, job, [one_offer()], estimate=fixed_memory(10**15))
+    assert not result.plans
+    assert result.rejected[0].reason.startswith("does not fit")
+
+
+def test_nvlink_beats_pcie_for_full_finetune_on_eight_gpus() -> None:
+    job = JobSpec(
+        model="m",
+        method="full",
+        tokens=10_000_000,
+        sharding="ddp",
+        micro_batch=1,
+        grad_checkpointing=True,
+        global_batch=8,
+        billings=("on_demand",),
+    )
+    offers = [
+        one_offer(id="nv", gpu="A100 80GB SXM4", gpu_count=8, interconnect="nvlink"),
+        one_offer(id="a800", gpu="A800 80GB SXM4", gpu_count=8, interconnect="nvlink"),
+        one_offer(id="pcie", gpu="A100 80GB PCIe", gpu_count=8, interconnect="pcie"),
+    ]
+    by_id = {p.offer.id: p for p in plan(SHAPE, job, offers, estimate=fixed_memory(2**30)).plans}
+    assert by_id["nv"].tokens_per_s > by_id["a800"].tokens_per_s > by_id["pcie"].tokens_per_s
+
+
+def test_real_catalog_plans_fit_and_sort() -> None:
+    job = JobSpec(model="qwen2.5-0.5b", method="full", tokens=20_000_000)
+    result = plan(SHAPE, job, OFFERS)
+    assert result.plans
+    for p in result.plans:
+        assert p.peak_bytes <= p.capacity_bytes == find_gpu(p.gpu).usable_bytes
+    costs = [p.cost.total for p in result.plans]
+    assert costs == sorted(costs)
+    times = [p.wall_h for p in sort_plans(result.plans, "time")]
+    assert times == sorted(times)
+    lines = recommend(result)
+    assert lines[0].startswith("Cheapest:") and lines[1].startswith("Fastest:")
+
+
+def test_spot_plan_counts_preemptions() -> None:
+    job = JobSpec(model="m", tokens=500_000_000, billings=("spot",), spot_mtbi_h=2.0)
+    (p,) = plan(SHAPE, job, [one_offer(spot_per_hour=1.0)], estimate=fixed_memory(2**30)).plans
+    assert p.expected_interruptions == pytest.approx(p.wall_h / 2.0, rel=0.05)
+    assert p.lost_h > 0
+    assert p.wall_h > p.compute_h + p.setup_h
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tokens=st.integers(1_000_000, 5_000_000_000),
+    more=st.integers(0, 1_000_000_000),
+    deadline=st.one_of(st.none(), st.floats(0.05, 200)),
+    budget=st.one_of(st.none(), st.floats(0.05, 500)),
+    method=st.sampled_from(["full", "lora", "qlora"]),
+)
+def test_plans_respect_memory_constraints_and_are_monotonic(
+    tokens: int, more: int, deadline: float | None, budget: float | None, method: str
+) -> None:
+    job = JobSpec(model="m", method=method, tokens=tokens, deadline_h=deadline, budget=budget)
+    result = plan(SHAPE, job, OFFERS)
+    for p in result.plans:
+        assert p.peak_bytes <= p.capacity_bytes
+        assert deadline is None or p.wall_h <= deadline
+        assert budget is None or p.cost.total <= budget
+    free = replace(job, deadline_h=None, budget=None)
+    base = {(p.offer.id, p.billing): p.cost.total for p in plan(SHAPE, free, OFFERS).plans}
+    bigger = plan(SHAPE, replace(free, tokens=tokens + more), OFFERS).plans
+    for p in bigger:
+        assert p.cost.total >= base[(p.offer.id, p.billing)] - 1e-9
+
+
+@settings(max_examples=25, deadline=None)
+@given(price=st.floats(0.01, 100), extra=st.floats(0, 50))
+def test_cost_monotonic_in_price(price: float, extra: float) -> None:
+    job = JobSpec(model="m", tokens=50_000_000, billings=("on_demand",))
+    cheap = plan(SHAPE, job, [one_offer(on_demand_per_hour=price)], estimate=fixed_memory(2**30)).plans[0]
+    dear = plan(
+        SHAPE, job, [one_offer(on_demand_per_hour=price + extra)], estimate=fixed_memory(2**30)
+    ).plans[0]
+    assert dear.cost.total >= cheap.cost.total
+
+
+def test_currency_of_output() -> None:
+    job = JobSpec(model="m", tokens=1_000_000, billings=("on_demand",))
+    usd = plan(SHAPE, job, [one_offer()], estimate=fixed_memory(2**30)).plans[0]
+    cny = plan(SHAPE, job, [one_offer()], Currency("CNY"), estimate=fixed_memory(2**30)).plans[0]
+    assert cny.cost.total == pytest.approx(usd.cost.total / 0.138)
+    assert cny.cost.currency == "CNY"
+    assert math.isfinite(cny.cost_per_mtok)
