@@ -210,6 +210,18 @@ def _from_dict(cls: Any, raw: Mapping[str, Any]) -> Any:
     return cls(**values)
 
 
+def sample_from_dict(raw: Mapping[str, Any]) -> Sample:
+    """A `Sample` from its JSON form (as written in traces and saved bench results)."""
+    sample: Sample = _from_dict(Sample, raw)
+    return sample
+
+
+def gpu_facts_from_dict(raw: Mapping[str, Any]) -> GpuFacts:
+    """A `GpuFacts` from its JSON form."""
+    facts: GpuFacts = _from_dict(GpuFacts, raw)
+    return facts
+
+
 def _to_dict(value: Any) -> Any:
     from rentwise.cli.render import to_jsonable
 

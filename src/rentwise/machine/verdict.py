@@ -1,0 +1,296 @@
+"""Bench results -> a verdict with reasons: healthy, throttled, likely shared or noisy, or not as advertised.
+
+Pure: takes the measurements, the NVML samples taken during the run and the catalog row, never a GPU. Achieved
+figures are compared with the catalog's dense peaks and with the fraction such a card normally reaches.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from rentwise.errors import ConfigError, NotFoundError
+from rentwise.hardware.catalog import GpuSpec
+from rentwise.machine.readings import (
+    HARDWARE_REASONS,
+    REASON_SW_POWER_CAP,
+    THERMAL_REASONS,
+    GpuFacts,
+    Sample,
+    gpu_facts_from_dict,
+    sample_from_dict,
+)
+from rentwise.units import format_gib
+
+Status = Literal["healthy", "throttled", "likely shared or noisy", "not the card advertised", "inconclusive"]
+
+# Best achievable dense BF16 matmul on NVIDIA is 77.6-86.9% of the datasheet peak (stas00/ml-engineering MAMF
+# finder: B200 77.6%, H100 SXM 80.3%, A100 SXM 86.9%; shared/data README). A card under 70% is below what
+# its model normally reaches; 7 points of margin under the lowest published figure.
+MATMUL_NORMAL_FRACTION = 0.70
+# Device-to-device copy (read + write counted) reaches ~90% of the datasheet bandwidth on HBM parts in public
+# measurements (H100 SXM 3.02 of 3.35 TB/s; H100 PCIe 1.86 of 2.0 TB/s). 75% leaves margin for GDDR parts.
+COPY_NORMAL_FRACTION = 0.75
+# PCIe payload is at most ~90% of the link rate (128b/130b encoding, ~24-byte TLP headers per 256-byte
+# payload: PCIe 3.0+ base spec), and one direction is half the bidirectional figure in the catalog. Under 60%
+# points at a narrower or older link (x8 gives 45%).
+HOST_COPY_NORMAL_FRACTION = 0.60
+# Beyond this the run beat the catalog's peak: the card is not the one the catalog row describes.
+ABOVE_PEAK_FRACTION = 1.10
+# A fixed GEMM on a dedicated GPU repeats within a few percent; (max - min) / median above 10% means
+# something else competes for the card or its host (our threshold; `--compare` confirms it over time).
+NOISY_SPREAD = 0.10
+# Thermal or hardware slowdown on more than 10% of the samples taken during the run.
+THROTTLED_SAMPLE_FRACTION = 0.10
+# Enforced power limit 5%+ under the card's default: the provider lowered it.
+LOWERED_POWER_LIMIT_FRACTION = 0.95
+# Slower than an earlier run of the same card by more than this: it is not the card, it is the neighbours.
+SLOWER_THAN_BEFORE = 0.10
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One benchmark, repeated: `values` holds each repeat's figure."""
+
+    name: str
+    """matmul_bf16 | matmul_fp16 | matmul_tf32 | matmul_fp32 | device_copy | host_to_device | device_to_host |
+    gpu_to_gpu"""
+    unit: str
+    values: tuple[float, ...]
+    size: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median over the repeats."""
+        return (max(self.values) - min(self.values)) / self.median if self.median else 0.0
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """What `rentwise bench` measured on one GPU, with the NVML samples taken meanwhile."""
+
+    gpu: GpuFacts
+    measurements: tuple[Measurement, ...]
+    samples: tuple[Sample, ...] = ()
+    own_pids: tuple[int, ...] = ()
+    started_at: str = ""
+    torch_version: str = ""
+    cuda_build: str = ""
+    peer_link: str | None = None
+    """How GPU 0 reaches GPU 1 for gpu_to_gpu ("NVLink", "same PCIe switch", ...)."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    name: str
+    achieved: float
+    unit: str
+    peak: float | None
+    fraction: float | None
+    normal_fraction: float | None
+    spread: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    reasons: tuple[str, ...]
+    comparisons: tuple[Comparison, ...]
+
+
+def reference_peak(name: str, spec: GpuSpec, peer_link: str | None) -> tuple[float | None, float | None]:
+    """(catalog peak in the measurement's unit, fraction such a card normally reaches) for one measurement."""
+    if name.startswith("matmul_"):
+        return spec.tflops(name.removeprefix("matmul_")), MATMUL_NORMAL_FRACTION  # type: ignore[arg-type]
+    if name == "device_copy":
+        return spec.memory_bandwidth_gbps, COPY_NORMAL_FRACTION
+    if name in ("host_to_device", "device_to_host"):
+        return (spec.pcie_gbps / 2 if spec.pcie_gbps else None), HOST_COPY_NORMAL_FRACTION
+    if name == "gpu_to_gpu":
+        # No sourced expectation for a torch copy over NVLink or PCIe peer-to-peer yet: shown, not judged.
+        one_way = spec.nvlink_gbps if peer_link == "NVLink" else spec.pcie_gbps
+        return (one_way / 2 if one_way else None), None
+    return None, None
+
+
+def compare(result: BenchResult, spec: GpuSpec | None) -> tuple[Comparison, ...]:
+    """Each measurement against the catalog's peak."""
+    rows = []
+    for m in result.measurements:
+        peak, normal = reference_peak(m.name, spec, result.peer_link) if spec else (None, None)
+        fraction = m.median / peak if peak else None
+        rows.append(Comparison(m.name, m.median, m.unit, peak, fraction, normal, m.spread))
+    return tuple(rows)
+
+
+def judge(
+    result: BenchResult,
+    spec: GpuSpec | None,
+    default_power_limit_w: float | None = None,
+    earlier: BenchResult | None = None,
+    detected: GpuSpec | None = None,
+) -> Verdict:
+    """The verdict and every reason found.
+
+    Precedence: a wrong identity (memory size, faster than the peak) says "not the card advertised" outright;
+    then throttling, then contention, which also explain any shortfall; a shortfall nothing explains means a
+    slower card than advertised (an H100 PCIe sold as SXM reaches ~61% of the SXM peak). `spec` is the card
+    paid for (`--expect`), `detected` the catalog row for the name NVML reports, when they differ.
+    """
+    comparisons = compare(result, spec)
+    identity = _identity_reasons(result, spec, comparisons)
+    if spec is not None and detected is not None and detected.name != spec.name:
+        identity.insert(0, f"NVML reports '{result.gpu.name}' (catalog '{detected.name}'), not a {spec.name}")
+    throttle = _throttle_reasons(result, default_power_limit_w)
+    contention = _contention_reasons(result, earlier)
+    shortfalls = _shortfall_reasons(comparisons)
+    reasons = (*identity, *throttle, *contention, *shortfalls)
+    status: Status
+    if identity:
+        status = "not the card advertised"
+    elif throttle:
+        status = "throttled"
+    elif contention:
+        status = "likely shared or noisy"
+    elif shortfalls:
+        status = "not the card advertised"
+    elif spec is None:
+        return Verdict(
+            "inconclusive", ("the card is not in the catalog: no peak to compare with",), comparisons
+        )
+    elif not any(c.fraction is not None and c.normal_fraction is not None for c in comparisons):
+        return Verdict("inconclusive", ("the catalog has no peak for what was measured",), comparisons)
+    else:
+        return Verdict("healthy", ("every figure reaches what such a card normally reaches",), comparisons)
+    return Verdict(status, reasons, comparisons)
+
+
+def _identity_reasons(
+    result: BenchResult, spec: GpuSpec | None, comparisons: tuple[Comparison, ...]
+) -> list[str]:
+    if spec is None:
+        return []
+    reasons: list[str] = []
+    expected = spec.usable_bytes
+    if abs(result.gpu.memory_total_bytes - expected) / expected > 0.01:
+        reasons.append(
+            f"{format_gib(result.gpu.memory_total_bytes)} of memory where a {spec.name} has "
+            f"{format_gib(expected)} ({spec.usable_rule})"
+        )
+    for c in comparisons:
+        if c.fraction is not None and c.fraction > ABOVE_PEAK_FRACTION:
+            reasons.append(
+                f"{c.name} {c.achieved:.0f} {c.unit} is {c.fraction:.0%} of the {spec.name} peak: "
+                "a faster card than the catalog row"
+            )
+    return reasons
+
+
+def _throttle_reasons(result: BenchResult, default_power_limit_w: float | None) -> list[str]:
+    readings = [r for s in result.samples for r in s.gpus if r.index == result.gpu.index]
+    if not readings:
+        return []
+    reasons: list[str] = []
+    slowed = [r for r in readings if r.clock_event_reasons & (THERMAL_REASONS | HARDWARE_REASONS)]
+    if len(slowed) / len(readings) > THROTTLED_SAMPLE_FRACTION:
+        names = sorted({n for r in slowed for n in r.slowdown_reasons() if n != "power cap"})
+        hottest = max((r.temperature_c for r in readings if r.temperature_c is not None), default=None)
+        heat = f" (up to {hottest:.0f} °C)" if hottest is not None else ""
+        reasons.append(f"{', '.join(names)} on {len(slowed) / len(readings):.0%} of samples{heat}")
+    limits = [r.power_limit_w for r in readings if r.power_limit_w]
+    capped = any(r.clock_event_reasons & REASON_SW_POWER_CAP for r in readings)
+    default = default_power_limit_w or result.gpu.default_power_limit_w
+    if default and limits and capped and min(limits) < LOWERED_POWER_LIMIT_FRACTION * default:
+        reasons.append(f"power limit {min(limits):.0f} W, below the card's default {default:.0f} W")
+    return reasons
+
+
+def _contention_reasons(result: BenchResult, earlier: BenchResult | None) -> list[str]:
+    reasons: list[str] = []
+    for m in result.measurements:
+        if len(m.values) > 1 and m.spread > NOISY_SPREAD:
+            reasons.append(f"{m.name} varies {m.spread:.0%} between repeats (over 10%)")
+    readings = [r for s in result.samples for r in s.gpus if r.index == result.gpu.index]
+    others = sorted({p.pid for r in readings for p in r.processes if p.pid not in result.own_pids})
+    if others:
+        pids = ", ".join(str(p) for p in others[:5])
+        reasons.append(f"other processes used the GPU during the run (PID {pids})")
+    if earlier is not None:
+        before = {m.name: m.median for m in earlier.measurements}
+        for m in result.measurements:
+            then = before.get(m.name)
+            if then and m.median < (1 - SLOWER_THAN_BEFORE) * then:
+                reasons.append(
+                    f"{m.name} {m.median:.0f} {m.unit} is {1 - m.median / then:.0%} slower than the earlier "
+                    f"run ({then:.0f} {m.unit}, {earlier.started_at or 'saved run'})"
+                )
+    return reasons
+
+
+def _shortfall_reasons(comparisons: tuple[Comparison, ...]) -> list[str]:
+    return [
+        f"{c.name} reaches {c.fraction:.0%} of the catalog peak ({c.achieved:.0f} of {c.peak:.0f} {c.unit}), "
+        f"below the {c.normal_fraction:.0%} such a card normally reaches"
+        for c in comparisons
+        if c.fraction is not None and c.normal_fraction is not None and c.fraction < c.normal_fraction
+    ]
+
+
+BENCH_FORMAT = "rentwise-bench"
+BENCH_VERSION = 1
+
+
+def result_document(result: BenchResult, verdict: Verdict, gpu_name: str | None) -> dict[str, Any]:
+    """The JSON written by `rentwise bench --save` (and printed by --json)."""
+    from rentwise.cli.render import to_jsonable
+
+    return {
+        "format": BENCH_FORMAT,
+        "version": BENCH_VERSION,
+        "catalog_gpu": gpu_name,
+        "result": to_jsonable(result),
+        "verdict": to_jsonable(verdict),
+    }
+
+
+def load_result(path: Path) -> BenchResult:
+    """Read a saved bench result.
+
+    Raises:
+        NotFoundError: no such file.
+        ConfigError: not a saved rentwise bench result.
+    """
+    if not path.exists():
+        raise NotFoundError(
+            f"bench result '{path}' does not exist", hint="save one with `rentwise bench --save FILE`"
+        )
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        if document.get("format") != BENCH_FORMAT:
+            raise ValueError("no rentwise-bench header")
+        raw = document["result"]
+        return BenchResult(
+            gpu=gpu_facts_from_dict(raw["gpu"]),
+            measurements=tuple(
+                Measurement(m["name"], m["unit"], tuple(float(v) for v in m["values"]), m.get("size", ""))
+                for m in raw["measurements"]
+            ),
+            samples=tuple(sample_from_dict(s) for s in raw.get("samples", ())),
+            own_pids=tuple(raw.get("own_pids", ())),
+            started_at=raw.get("started_at", ""),
+            torch_version=raw.get("torch_version", ""),
+            cuda_build=raw.get("cuda_build", ""),
+            peer_link=raw.get("peer_link"),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ConfigError(
+            f"{path}: not a saved rentwise bench result ({error})",
+            hint="save one with `rentwise bench --save FILE`",
+        ) from None
