@@ -133,6 +133,9 @@ def train(
     """
     from accelerate import Accelerator
     from accelerate.utils import set_seed
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # ours is the one progress bar
 
     warnings: list[str] = []
 
@@ -190,6 +193,7 @@ def train(
         if accelerator.is_main_process:
             ensure_random_base(hf_config, out / BASE_DIR_NAME, is_main=True)
         accelerator.wait_for_everyone()
+        set_seed(config.seed)  # adapters start the same whether or not this run had to write the base
     model = prepare_model(config, hf_config, out, is_main=accelerator.is_main_process)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)

@@ -1,4 +1,4 @@
-"""Stop (through the StopFlag seam) and resume in-process: the result equals an uninterrupted run bit for bit."""
+"""Stop (through the StopFlag seam) and resume in-process: the result equals an uninterrupted run exactly."""
 
 from __future__ import annotations
 
@@ -38,3 +38,28 @@ def test_stop_and_resume_matches_uninterrupted(tmp_path: Path, method: str) -> N
     result = train(interrupted, RunOptions(show_progress=False))
     assert result.resumed_from == 5 and result.steps == 8
     assert_states_equal(final_state(straight.output_dir), final_state(interrupted.output_dir))
+
+
+class CrashAtStep:
+    """Fault seam: an unexpected error (a stand-in for SIGKILL) when a given step starts."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def before_micro_step(self, step: int, micro: int, micro_batch: int) -> None:
+        if step == self.step:
+            raise RuntimeError("crash")
+
+
+def test_crash_before_the_first_checkpoint_restarts_identically(tmp_path: Path) -> None:
+    # The first attempt writes the random base, then dies with no checkpoint; the restart finds the base
+    # on disk and must still start from the same adapters as a run that never crashed.
+    fields = {"method": {"kind": "lora"}, "max_steps": 4}
+    straight = load_config(write_tiny_run(tmp_path / "straight", **fields))
+    train(straight, RunOptions(show_progress=False))
+    crashed = load_config(write_tiny_run(tmp_path / "crashed", **fields))
+    with pytest.raises(RuntimeError, match="crash"):
+        train(crashed, RunOptions(show_progress=False), faults=CrashAtStep(1))
+    assert (crashed.output_dir / "base" / "config.json").is_file()
+    assert train(crashed, RunOptions(show_progress=False)).resumed_from is None
+    assert_states_equal(final_state(straight.output_dir), final_state(crashed.output_dir))
