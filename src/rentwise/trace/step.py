@@ -89,10 +89,12 @@ def _vocab_size(built: BuiltModel) -> int:
 
 
 @contextlib.contextmanager
-def _phase(tracker: MemoryTracker, phase: str, progress: Callable[[str], None] | None) -> Iterator[None]:
+def _phase(
+    tracker: MemoryTracker, phase: str, progress: Callable[[str], None] | None, label: str = ""
+) -> Iterator[None]:
     tracker.phase = phase
     if progress:
-        progress(phase)
+        progress(label + phase)
     yield
 
 
@@ -102,8 +104,13 @@ def run_training_step(
     tracker: MemoryTracker,
     attribution: ModuleAttribution,
     progress: Callable[[str], None] | None = None,
+    steps: int = 2,
 ) -> None:
-    """Forward + loss, backward, first optimizer step (state creation), zero_grad."""
+    """`steps` x (forward + loss, backward, optimizer step, zero_grad).
+
+    Step 1 creates the optimizer state; step 2 is the steady state a real run repeats (states live through
+    forward and backward), so the peak over two steps is what max_memory_allocated shows after any run.
+    """
     model = built.model
     trainable = [p for p in model.parameters() if p.requires_grad]
     names = {id(p): name for name, p in model.named_parameters()}
@@ -118,21 +125,23 @@ def run_training_step(
 
         param.register_post_accumulate_grad_hook(tag_grad)  # type: ignore[no-untyped-call]
 
-    with _phase(tracker, "forward", progress):
-        with tracker.categorise("activations"):
-            input_ids = torch.randint(0, _vocab_size(built), (job.micro_batch, job.seq_len))
-        with _autocast(built):
-            output = model(input_ids=input_ids, labels=input_ids, use_cache=False)
-        loss = output.loss
-        del output  # the Trainer keeps only the loss; logits not saved for backward are freed here
-        attribution.label_graph(loss, "")
-    with _phase(tracker, "backward", progress):
-        loss.backward()
-        del loss
-    with _phase(tracker, "optimizer_step", progress):
-        optimizer.step()
-        _tag_optimizer_state(optimizer, tracker, names, fused=job.optimizer == "adamw_fused")
-        optimizer.zero_grad(set_to_none=True)
+    for step in range(1, steps + 1):
+        label = f"step {step}/{steps} " if steps > 1 else ""
+        with _phase(tracker, "forward", progress, label):
+            with tracker.categorise("activations"):
+                input_ids = torch.randint(0, _vocab_size(built), (job.micro_batch, job.seq_len))
+            with _autocast(built):
+                output = model(input_ids=input_ids, labels=input_ids, use_cache=False)
+            loss = output.loss
+            del output, input_ids  # the Trainer keeps only the loss; logits not saved for backward are freed
+            attribution.label_graph(loss, "")
+        with _phase(tracker, "backward", progress, label):
+            loss.backward()
+            del loss
+        with _phase(tracker, "optimizer_step", progress, label):
+            optimizer.step()
+            _tag_optimizer_state(optimizer, tracker, names, fused=job.optimizer == "adamw_fused")
+            optimizer.zero_grad(set_to_none=True)
 
 
 def _tag_optimizer_state(

@@ -15,12 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rentwise.units import MIB
+from rentwise.memory.overhead import CUDA_CONTEXT_BYTES
 
-# CUDA context + kernel images as nvidia-smi shows them for a process that only did torch.ones((1,1)).cuda():
-# 1343 MiB on a V100 (transformers docs perf_train_gpu_one, v4.21; row 1 of gpu_memory_measurements.csv).
-# Newer CUDA with lazy module loading needs less; benchmarks/gpu_validate.py measures it on the card at hand.
-CUDA_CONTEXT_BYTES_V100_MEASURED = 1343 * MIB
+# CUDA context + kernel images: the analytic estimator's sourced constant (memory/overhead.py), so both
+# answers agree on it; benchmarks/gpu_validate.py measures it on the card at hand.
 
 # cuBLAS workspace per (handle, stream), allocated through the caching allocator on first GEMM.
 # aten/src/ATen/cuda/CublasHandlePool.cpp parseChosenWorkspaceSize(): sm90 -> 4096 KiB x 8 = 32 MiB,
@@ -45,7 +43,7 @@ class TraceTarget:
     """Replay allocations through the caching-allocator model to predict max_memory_reserved."""
     memory_bytes: int | None = None
     """Card memory; when set, the allocator model frees cached segments on a would-be OOM, as PyTorch does."""
-    cuda_context_bytes: int = CUDA_CONTEXT_BYTES_V100_MEASURED
+    cuda_context_bytes: int = CUDA_CONTEXT_BYTES
 
     @property
     def is_cuda(self) -> bool:
