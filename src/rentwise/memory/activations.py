@@ -62,14 +62,19 @@ def dims_for(job: MemoryJob, seq: int | None = None, batch: int | None = None) -
 
 
 def lora_target_names(shape: ModelShape, job: MemoryJob) -> frozenset[str]:
-    """Decoder-layer linears that carry a LoRA adapter ('all-linear' = every one but the router)."""
+    """Decoder-layer weights that carry a LoRA adapter: peft's 'all-linear' set, or the names given
+    (matched on the full name or its last part, as peft's `target_modules` suffix match does)."""
     if not job.uses_adapter:
         return frozenset()
-    names = {lin.name for lin in shape.layer_linears()} - {"router", "shared_expert_gate"}
+    linears = shape.layer_linears()
     if ALL_LINEAR in job.lora_targets:
-        return frozenset(names)
+        return frozenset(lin.name for lin in linears if lin.is_all_linear_target)
     wanted = set(job.lora_targets)
-    return frozenset(n for n in names if n in wanted or n.split(".")[-1] in wanted)
+    return frozenset(lin.name for lin in linears if lin.name in wanted or lin.name.split(".")[-1] in wanted)
+
+
+def _names(shape: ModelShape, role: str) -> tuple[str, ...]:
+    return tuple(lin.name for lin in shape.layer_linears() if lin.role == role)
 
 
 def linear_inputs_saved(d: Dims, elems: int, input_bytes: int, consumers: tuple[str, ...], full: bool,
@@ -100,15 +105,16 @@ def linear_inputs_saved(d: Dims, elems: int, input_bytes: int, consumers: tuple[
     return saved
 
 
-def rmsnorm_saved(d: Dims, elems: int, input_requires_grad: bool, weight_requires_grad: bool) -> int:
+def rmsnorm_saved(d: Dims, elems: int, input_requires_grad: bool, weight_requires_grad: bool,
+                  fp32_weight_product: bool = False) -> int:  # fmt: skip
     """HF RMSNorm: x.float() (the input itself when already fp32) and rsqrt for d/dx; the normalised
-    value (in the input dtype) for d/dweight."""
+    value for d/dweight, in the input dtype (Llama) or fp32 (Gemma multiplies by 1 + weight in fp32).
+    The caller adds rsqrt's one fp32 per token."""
     saved = 0
-    rows = elems  # per-element; rsqrt adds one fp32 per token, added by the caller's token count
     if input_requires_grad:
-        saved += FP32 * rows
+        saved += FP32 * elems
     if weight_requires_grad:
-        saved += d.residual * rows
+        saved += (FP32 if fp32_weight_product else d.residual) * elems
     return saved
 
 
@@ -120,35 +126,44 @@ def layer_saved_bytes(shape: ModelShape, job: MemoryJob, d: Dims, input_requires
     q, kv = shape.q_dim // d.tp, shape.kv_dim // d.tp
     heads = shape.num_heads // d.tp
     c = d.compute
-    saved = 0
+    gemma = shape.model_type in ("gemma", "gemma2")
+    attn_in, attn_out = _names(shape, "attn_in"), _names(shape, "attn_out")
+    mlp_in, mlp_out = _names(shape, "mlp_in"), _names(shape, "mlp_out")
 
+    def norm(grad: bool) -> int:
+        return rmsnorm_saved(d, t * h, grad, full, gemma) + (FP32 * t if grad else 0)
+
+    saved = 0
     # 1. attention: input norm, q/k/v inputs, the attention kernel's saved tensors, o_proj's input
     grad_in = full or input_requires_grad
-    saved += rmsnorm_saved(d, t * h, grad_in, full) + (FP32 * t if grad_in else 0)
-    saved += linear_inputs_saved(d, t * h, d.residual, ("q_proj", "k_proj", "v_proj"), full, targets)
-    qkv_grad = grad_in or bool(targets & {"q_proj", "k_proj", "v_proj"})
+    saved += norm(grad_in)
+    saved += linear_inputs_saved(d, t * h, d.residual, attn_in, full, targets)
+    qkv_grad = grad_in or bool(targets & set(attn_in))
     if qkv_grad:
         if (
             shape.qk_norm
         ):  # Qwen3: RMSNorm over head_dim on q and k (fp32 copy + rsqrt, normalised for weight)
             saved += (FP32 + (c if full else 0)) * t * (q + kv) + FP32 * t * (heads + shape.num_kv_heads)
         saved += attention_saved(shape, job, d)
-    saved += o_proj_input_saved(d, t * q, c, job.attention == "eager", full, "o_proj" in targets)
+    adapted_out = bool(targets & set(attn_out))
+    saved += o_proj_input_saved(d, t * q, c, job.attention == "eager", full, adapted_out)
+    grad_mid = qkv_grad or adapted_out
+    if shape.norms_per_layer == 4:  # Gemma 2 normalises the attention output before the residual add
+        saved += norm(grad_mid)
 
     # 2. MLP: post-attention norm, gate/up inputs, the gated product's saved tensors, down_proj's input
-    grad_mid = qkv_grad or "o_proj" in targets
-    saved += rmsnorm_saved(d, t * h, grad_mid, full) + (FP32 * t if grad_mid else 0)
+    saved += norm(grad_mid)
     if shape.is_moe:
         saved += moe_saved(shape, job, d, grad_mid, targets)
     else:
         i = shape.intermediate_size // d.tp
-        saved += linear_inputs_saved(d, t * h, d.residual, ("gate_proj", "up_proj"), full, targets)
-        if grad_mid or targets & {"gate_proj", "up_proj"}:
+        saved += linear_inputs_saved(d, t * h, d.residual, mlp_in, full, targets)
+        if grad_mid or targets & set(mlp_in):
             saved += 3 * c * t * i  # act(gate) saves gate; gate*up saves act(gate) and up
-        if full or "down_proj" in targets:
-            saved += linear_inputs_saved(d, t * i, c, ("down_proj",), full, targets)
-    if shape.norms_per_layer == 4:  # Gemma 2: post-attention and post-feedforward norms on the branch output
-        saved += 2 * (rmsnorm_saved(d, t * h, grad_mid, full) + FP32 * t)
+        if full or targets & set(mlp_out):
+            saved += linear_inputs_saved(d, t * i, c, mlp_out, full, targets)
+    if shape.norms_per_layer == 4:  # ... and the MLP output
+        saved += norm(grad_mid)
     return saved
 
 
@@ -177,22 +192,28 @@ def attention_saved(shape: ModelShape, job: MemoryJob, d: Dims) -> int:
         kv_rep = q if shape.num_kv_heads != shape.num_heads else kv  # repeat_kv copies k and v to all heads
         scores = heads * d.batch * d.seq * d.seq
         probs = 0 if c == FP32 else c * scores  # .to(query dtype) is a no-op in fp32
-        return c * t * (q + 2 * kv_rep) + FP32 * scores + probs
+        softcap = (
+            c * scores if shape.extra.get("attn_logit_softcapping") else 0
+        )  # Gemma 2: tanh keeps its output
+        return c * t * (q + 2 * kv_rep) + FP32 * scores + probs + softcap
     # sdpa / flash: q, k, v, output, logsumexp (fp32, batch x heads x seq)
     return c * t * (2 * q + 2 * kv) + FP32 * d.batch * heads * d.seq
 
 
 def moe_saved(shape: ModelShape, job: MemoryJob, d: Dims, grad_mid: bool, targets: frozenset[str]) -> int:
-    """Mixture of experts: router input and fp32 softmax; per routed token the gathered input, the gated
-    product's tensors and the weighted output. Approximation: assumes perfectly balanced routing."""
+    """Mixture of experts (transformers 5 fused experts): router input and fp32 softmax; per routed token
+    the fused gate_up output (kept by act(gate) through its view), act(gate) and the expert output (kept by
+    the routing-weight product); trainable experts also keep the gathered input and the gated product.
+    Approximation: routing is assumed perfectly balanced."""
     full = job.method == "full"
     t, h, c = d.tokens, shape.hidden_size, d.compute
     i = shape.moe_intermediate_size // d.tp
     routed = t * shape.experts_per_token
-    saved = linear_inputs_saved(d, t * h, d.residual, ("router",), full, targets)
-    saved += FP32 * t * shape.num_experts  # softmax over router logits
+    experts_train = full or bool(targets & {lin.name for lin in shape.layer_linears() if lin.copies > 1})
+    saved = linear_inputs_saved(d, t * h, d.residual, _names(shape, "router"), full, targets)
     if grad_mid:
-        saved += c * routed * (2 * h + 4 * i)
+        saved += FP32 * t * shape.num_experts  # softmax over router logits
+        saved += c * routed * ((2 * h + 4 * i) if experts_train else (h + 3 * i))
     if shape.shared_expert_intermediate_size:
         saved += 4 * c * t * shape.shared_expert_intermediate_size // d.tp
     return saved

@@ -95,7 +95,7 @@ def _base_saved(shape: ModelShape, job: MemoryJob, d: Dims) -> int:
     full = job.method == "full"
     t, h = d.tokens, shape.hidden_size
     saved = INT64 * t if full else 0  # embedding backward needs the token ids
-    saved += rmsnorm_saved(d, t * h, True, full) + FP32 * t
+    saved += rmsnorm_saved(d, t * h, True, full, shape.model_type in ("gemma", "gemma2")) + FP32 * t
     saved += linear_inputs_saved(d, t * h, d.residual, ("lm_head",), full, frozenset())
     rope_bytes = FP32 if d.autocast else d.compute
     saved += 2 * rope_bytes * d.seq * shape.head_dim  # cos and sin, shared by every layer (batch dim 1)
@@ -128,8 +128,10 @@ def _logits(shape: ModelShape, d: Dims, legacy: bool) -> tuple[int, int]:
         # fp32 logits held by the output + shifted contiguous copy + log-probs; backward adds two fp32 grads
         return 3 * FP32 * tv, 4 * FP32 * tv
     upcast = FP32 * tv if d.compute != FP32 else 0
-    forward = d.compute * tv + upcast + FP32 * tv
-    backward = 3 * FP32 * tv
+    # Gemma 2's final_logit_softcapping: tanh keeps its output (compute dtype) until its backward
+    softcap = d.compute * tv if shape.final_logit_softcapping else 0
+    forward = d.compute * tv + upcast + FP32 * tv + softcap
+    backward = 3 * FP32 * tv + softcap
     return forward, backward
 
 
