@@ -66,6 +66,8 @@ def command(
         step_delay_s=_seconds_from_env("RENTWISE_TEST_STEP_DELAY"),
     )
     result = train(config, options, warn=warn)
+    if result.rank != 0:  # under `accelerate launch` only the first process reports
+        return
     if as_json:
         emit_json(result)
         return

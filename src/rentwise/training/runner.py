@@ -16,6 +16,7 @@ import gc
 import io
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -76,6 +77,7 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class RunResult:
+    rank: int
     steps: int
     resumed_from: int | None
     final_dir: Path
@@ -152,6 +154,12 @@ def train(
     mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[config.precision]
     accelerator = Accelerator(mixed_precision=mixed)
     rank, world = accelerator.process_index, accelerator.num_processes
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != world:
+        raise ConfigError(
+            f"launched as {launched} processes but accelerate runs {world}",
+            hint="on CPU set ACCELERATE_USE_CPU=true so accelerate uses gloo (see docs/train.md)",
+        )
     hf_config = load_model_config(config)
     model_path, _ = resolve_model_source(config.model)
     tokenizer = load_tokenizer(config.tokenizer, model_path)
@@ -312,6 +320,7 @@ def train(
         if lock is not None:
             lock.close()
     return RunResult(
+        rank=rank,
         steps=state.step, resumed_from=resumed_from, final_dir=final_dir, last_checkpoint=last_checkpoint,
         train_loss=state.last_loss, elapsed_s=state.elapsed_s, cost=meter.cost(state.elapsed_s),
         warnings=tuple(warnings),
