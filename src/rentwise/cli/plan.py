@@ -20,7 +20,8 @@ from rentwise.planning.offers import BILLING_LABELS, BILLINGS, Currency, load_of
 from rentwise.planning.planner import SORT_KEYS, PlanResult, plan, recommend
 from rentwise.units import parse_size
 
-SEARCHED = ("micro_batch", "grad_checkpointing", "sharding", "offload")
+# Memory flags plan passes to every MemoryJob unchanged when given (the searched ones are built per strategy).
+PASSED_THROUGH = ("lora_dropout", "qlora_double_quant", "legacy_logits")
 
 
 def parse_count(text: str) -> int:
@@ -102,6 +103,9 @@ def currency_from(code: str, fx: tuple[str, ...]) -> Currency:
 def command(ctx: click.Context, /, model: str, as_json: bool, top: int, sort: str, **options: Any) -> int:
     """Rank GPU offers for fine-tuning MODEL by what the whole job costs.
 
+    Memory flags you leave out (--batch, --grad-ckpt, --sharding, --offload) are searched per offer;
+    flags you give are kept. Data size: --tokens, --samples with --avg-tokens, or --dataset.
+
     Example: rentwise plan llama-3.1-8b --method lora --tokens 50M --deadline 12
     """
     from rentwise.models.catalog import load_shape
@@ -129,6 +133,14 @@ def _job_from(
     if options["method"] == "inference":
         raise ConfigError("plan is for training; method 'inference' has no training run to cost",
                           hint="use --method full, lora or qlora")  # fmt: skip
+    unsupported = [f"--{flag}" for name, flag in (("tensor_parallel", "tp"), ("context_len", "context"),
+                                                  ("generate_len", "generate")) if given(name)]  # fmt: skip
+    if unsupported:
+        raise ConfigError(
+            f"plan does not take {', '.join(unsupported)}: it plans data-parallel training runs",
+            hint="drop them; use `rentwise memory` for tensor-parallel or inference memory",
+        )
+    extras = tuple((name, options[name]) for name in PASSED_THROUGH if given(name))
     tokens = _tokens(options, shape)
     billings = tuple(options["billings"]) or ("on_demand", "spot")
     targets = tuple(t.strip() for t in str(options["lora_targets"]).split(",") if t.strip())
@@ -147,7 +159,7 @@ def _job_from(
         checkpoints_keep=options["checkpoints_keep"], checkpoint_every_h=options["checkpoint_every_h"],
         eval_fraction=options["eval_fraction"], snapshot_months=options["snapshot_months"],
         spot_mtbi_h=options["spot_mtbi_h"], restart_s=None if restart is None else restart * 60,
-        utilisation=options["utilisation"],
+        utilisation=options["utilisation"], memory_extras=extras,
     )  # fmt: skip
     return spec, options["num_gpus"] if given("num_gpus") else None
 

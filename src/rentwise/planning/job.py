@@ -74,6 +74,8 @@ class JobSpec:
     restart_s: float | None = None
     utilisation: float | None = None
     """Share of dense peak reached (overrides the per-GPU default; see planning/time.py)."""
+    memory_extras: tuple[tuple[str, object], ...] = ()
+    """Other `MemoryJob` fields passed through unchanged, e.g. (("qlora_double_quant", False),)."""
     download_gbps: float = DEFAULT_DOWNLOAD_GBPS
     upload_gbps: float = DEFAULT_UPLOAD_GBPS
     disk_write_gbps: float = DEFAULT_DISK_WRITE_GBPS

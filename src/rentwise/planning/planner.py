@@ -229,6 +229,7 @@ def _memory_job(job: JobSpec, method: str, precision: str, micro: int, ckpt: boo
             num_gpus=num_gpus,
             sharding=sharding,  # type: ignore[arg-type]
             offload=offload,  # type: ignore[arg-type]
+            **dict(job.memory_extras),  # type: ignore[arg-type]
         )
     except ConfigError:
         return None  # an invalid combination (e.g. offload without ZeRO) is simply not a candidate
