@@ -8,13 +8,14 @@ import click
 
 from rentwise.cli.job_options import job_from_options, job_options
 from rentwise.cli.render import emit_json, json_option, plain_table, to_jsonable
-from rentwise.hardware.catalog import find_gpu, load_gpus
+from rentwise.hardware.catalog import GpuSpec, find_gpu, load_gpus
 from rentwise.memory.breakdown import MemoryBreakdown
 from rentwise.memory.estimate import estimate_memory
 from rentwise.memory.fit import GpuFit, fit_on_gpus
 from rentwise.memory.job import MemoryJob
 from rentwise.models.catalog import load_shape
 from rentwise.models.shape import ModelShape
+from rentwise.trace.result import TraceResult
 from rentwise.units import GIB, format_count
 
 
@@ -22,8 +23,14 @@ from rentwise.units import GIB, format_count
 @click.argument("model")
 @job_options
 @click.option("--gpu", "gpu_names", multiple=True, help="Only show fit on these GPUs (repeatable).")
+@click.option(
+    "--trace",
+    is_flag=True,
+    help="Also run one real step of the real model on fake tensors (needs rentwise[trace]) and show it "
+    "next to the analytic answer; the first --gpu (default H100) sets the attention kernel and allocator.",
+)
 @json_option
-def command(model: str, gpu_names: tuple[str, ...], as_json: bool, **options: Any) -> int:
+def command(model: str, gpu_names: tuple[str, ...], trace: bool, as_json: bool, **options: Any) -> int:
     """Peak GPU memory per device for MODEL (a bundled name, a config.json or a model folder).
 
     Example: rentwise memory qwen2.5-7b --method lora --seq 2048 --batch 1 --grad-ckpt
@@ -34,11 +41,66 @@ def command(model: str, gpu_names: tuple[str, ...], as_json: bool, **options: An
     breakdown = estimate_memory(shape, job)
     gpus = [find_gpu(name) for name in gpu_names] if gpu_names else list(load_gpus())
     fits = fit_on_gpus(shape, job, breakdown, gpus)
+    traced = _trace(shape, job, gpus[0] if gpu_names else find_gpu("H100")) if trace else None
     if as_json:
-        emit_json(_as_dict(shape, job, breakdown, fits))
+        payload = _as_dict(shape, job, breakdown, fits)
+        if traced is not None:
+            payload["trace"] = traced.to_dict()
+        emit_json(payload)
     else:
         _render(shape, job, breakdown, fits)
+        if traced is not None:
+            click.echo("")
+            click.echo(_trace_comparison(breakdown, traced))
     return 0 if any(f.fits for f in fits) or not gpu_names else 1
+
+
+def _trace(shape: ModelShape, job: MemoryJob, gpu: GpuSpec) -> TraceResult:
+    """Run the fake-tensor trace with a spinner on stderr (tracing an 8B model takes seconds)."""
+    from rentwise.errors import require_extra
+
+    require_extra("torch", "trace")
+    from rentwise.cli.render import stderr_console
+    from rentwise.trace import target_from_gpu, trace_memory
+
+    target = target_from_gpu(gpu.name, gpu.compute_capability, gpu.usable_bytes)
+    with stderr_console().status(f"tracing one step of {shape.name} on fake tensors ({gpu.name})") as status:
+        return trace_memory(shape, job, target=target, progress=lambda msg: status.update(f"tracing: {msg}"))
+
+
+def _trace_comparison(analytic: MemoryBreakdown, traced: TraceResult) -> str:
+    """The traced breakdown next to the analytic one, line by line, with the difference."""
+    t = traced.breakdown
+    rows = []
+    for name, label, value in analytic.components():
+        other = int(getattr(t, name))
+        if value or other:
+            rows.append([label, _gib(value), _gib(other), _diff(value, other)])
+    for label, a, b in (
+        ("allocated", analytic.allocated_bytes, t.allocated_bytes),
+        ("reserved", analytic.reserved_bytes, t.reserved_bytes),
+        ("total per GPU (nvidia-smi)", analytic.total_bytes, t.total_bytes),
+    ):
+        rows.append([label, _gib(a), _gib(b), _diff(a, b)])
+    table = plain_table(["component", "analytic GiB", "trace GiB", "analytic - trace"], rows,
+                        right=[False, True, True, True])  # fmt: skip
+    notes = [
+        f"trace: peak at {traced.peak_phase.replace('_', ' ')} in '{traced.peak_module or '(top level)'}', "
+        f"target {traced.target}, {traced.elapsed_s:.1f} s",
+    ]
+    if traced.top_modules:
+        top = ", ".join(f"{name} {_gib(size)}" for name, size in traced.top_modules[:5])
+        notes.append(f"trace: most memory at the peak (GiB): {top}")
+    notes += [f"trace: {note}" for note in traced.notes]
+    return "\n".join([table, *notes])
+
+
+def _diff(analytic: int, traced: int) -> str:
+    if abs(analytic - traced) < 2**20:  # under 1 MiB: nothing worth a percentage
+        return "0.00"
+    if not traced:
+        return "+" + _gib(analytic)
+    return f"{(analytic - traced) / 2**30:+,.2f} ({100 * (analytic - traced) / traced:+.1f}%)"
 
 
 def _check_against_shape(shape: ModelShape, job: MemoryJob) -> None:
@@ -80,7 +142,7 @@ def _gib(n: int) -> str:
 
 
 def _describe(shape: ModelShape, job: MemoryJob) -> str:
-    parts = [job.method, job.precision]
+    parts: list[str] = [job.method, job.precision]
     if job.is_training:
         parts.append(job.optimizer)
     if job.uses_adapter:

@@ -116,3 +116,28 @@ def _timed(cmd: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, env=env)
     return time.perf_counter() - start
+
+
+@pytest.mark.slow
+def test_trace_prints_next_to_the_analytic_answer(run_cli: Callable[..., Any]) -> None:
+    result = run_cli(
+        "memory", "qwen2.5-0.5b", "--method", "lora", "--seq", "256", "--trace", "--gpu", "A100-80G"
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "analytic GiB  trace GiB" in result.stdout
+    assert "trace: peak at" in result.stdout
+
+
+def test_trace_without_torch_says_how_to_install(run_cli: Callable[..., Any], monkeypatch: Any) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real_find_spec(name, *a)
+    )
+    result = run_cli("memory", "qwen2.5-0.5b", "--trace")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: this needs the 'torch' package, which is not installed",
+        "  hint: pip install 'rentwise[trace]'",
+    ]
