@@ -7,10 +7,10 @@ from typing import Any
 import click
 
 from rentwise.cli.job_options import job_from_options, job_options
-from rentwise.cli.render import emit_json, json_option, plain_table, to_jsonable
+from rentwise.cli.render import emit_json, json_option, plain_table, to_jsonable, warn
 from rentwise.hardware.catalog import GpuSpec, find_gpu, load_gpus
 from rentwise.memory.breakdown import MemoryBreakdown
-from rentwise.memory.estimate import estimate_memory
+from rentwise.memory.estimate import effective_job, estimate_memory
 from rentwise.memory.fit import GpuFit, fit_on_gpus
 from rentwise.memory.job import MemoryJob
 from rentwise.models.catalog import load_shape
@@ -38,6 +38,10 @@ def command(model: str, gpu_names: tuple[str, ...], trace: bool, as_json: bool, 
     job = job_from_options(options)
     shape = load_shape(model)
     _check_against_shape(shape, job)
+    used = effective_job(shape, job)
+    if used.attention != job.attention:
+        warn(f"{shape.name} has no {job.attention} attention in transformers; estimating {used.attention} "
+             "(use --attention flash for flash-attention-2)")  # fmt: skip
     breakdown = estimate_memory(shape, job)
     gpus = [find_gpu(name) for name in gpu_names] if gpu_names else list(load_gpus())
     fits = fit_on_gpus(shape, job, breakdown, gpus)

@@ -8,6 +8,7 @@ bytes are the sum of the tensors alive then; the breakdown reports the phase wit
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from rentwise.memory.activations import (
@@ -46,8 +47,22 @@ class _Phase:
         return self.gradients + self.activations + self.logits + self.kv_cache + self.temporaries
 
 
+# Model types whose transformers implementation refuses attn_implementation="sdpa" (transformers 5.x raises
+# "does not support an attention implementation through torch.nn.functional.scaled_dot_product_attention").
+NO_SDPA_TYPES = ("gemma2",)
+
+
+def effective_job(shape: ModelShape, job: MemoryJob) -> MemoryJob:
+    """The job as transformers would run it: sdpa falls back to eager where the model does not offer it."""
+    if job.attention == "sdpa" and shape.model_type in NO_SDPA_TYPES:
+        return dataclasses.replace(job, attention="eager")
+    return job
+
+
 def estimate_memory(shape: ModelShape, job: MemoryJob) -> MemoryBreakdown:
     """Estimate peak GPU memory per device for `job` on `shape` (pure arithmetic, microseconds)."""
+    asked = job
+    job = effective_job(shape, job)
     params = parameter_bytes(shape, job)
     phases = _training_phases(shape, job, params) if job.is_training else _inference_phases(shape, job)
     peak = max(phases, key=lambda p: p.total())
@@ -70,8 +85,16 @@ def estimate_memory(shape: ModelShape, job: MemoryJob) -> MemoryBreakdown:
         peak_phase=peak.name,
         source="analytic",
         phase_peaks=tuple((p.name, static + p.total() + CUBLAS_WORKSPACE_BYTES) for p in phases),
-        leaves_out=_leaves_out(shape, job),
+        leaves_out=_leaves_out(shape, job) + _substitutions(asked, job),
     )
+
+
+def _substitutions(asked: MemoryJob, used: MemoryJob) -> tuple[str, ...]:
+    if asked.attention != used.attention:
+        return (
+            f"{asked.attention} attention: the model runs {used.attention} in transformers, estimated so",
+        )
+    return ()
 
 
 def _leaves_out(shape: ModelShape, job: MemoryJob) -> tuple[str, ...]:
