@@ -158,3 +158,16 @@ def test_currency_of_output() -> None:
     assert cny.cost.total == pytest.approx(usd.cost.total / 0.138)
     assert cny.cost.currency == "CNY"
     assert math.isfinite(cny.cost_per_mtok)
+
+
+def test_whole_catalog_plans_well_under_the_latency_budget() -> None:
+    # The CLI must answer in < 300 ms end to end (benchmarks/plan_latency.py measures that); plan() itself
+    # over the bundled catalog for an 8B model should take a small part of it.
+    import time
+
+    shape = load_shape("llama-3.1-8b")
+    job = JobSpec(model="llama-3.1-8b", method="lora", tokens=50_000_000)
+    plan(shape, job, OFFERS)  # warm caches (catalog files, imports)
+    start = time.perf_counter()
+    plan(shape, job, OFFERS)
+    assert time.perf_counter() - start < 0.2
