@@ -91,7 +91,8 @@ def render(result: BenchResult, verdict: Verdict, spec: GpuSpec | None) -> None:
 
     console = stdout_console()
     catalog = f" = catalog '{spec.name}'" if spec else " (not in the catalog)"
-    console.print(f"GPU {result.gpu.index}: {result.gpu.name}{catalog}  torch {result.torch_version}")
+    built = f", torch {result.torch_version} (CUDA {result.cuda_build})" if result.torch_version else ""
+    console.print(f"GPU {result.gpu.index}: {result.gpu.name}{catalog}{built}", markup=False)
     table = Table(box=None)
     for header in ("measurement", "median", "spread", "catalog peak", "% of peak", "normal ≥"):
         table.add_column(header, justify="left" if header == "measurement" else "right")

@@ -103,6 +103,14 @@ class GpuSpec:
             return "nameplate x 15/16 (ECC on GDDR reserves 1/16)"
         return "nameplate x (1 - 1/64) (no nvidia-smi total known; bound on driver reservation)"
 
+    def matches_memory_total(self, total_bytes: int) -> bool:
+        """Whether a total reported by NVML fits this card: within 1% of the known nvidia-smi total, or
+        between the rule's lower bound and the nameplate when no total is known (the rule is a bound)."""
+        tolerance = 0.01
+        if self.smi_total_mib is not None:
+            return abs(total_bytes - self.usable_bytes) <= tolerance * self.usable_bytes
+        return (1 - tolerance) * self.usable_bytes <= total_bytes <= (1 + tolerance) * self.memory_bytes
+
     def tflops(self, dtype: Dtype) -> float | None:
         """Dense peak for `dtype` (TOPS for int8), or None when the catalog does not know it."""
         value: float | None = getattr(self, "int8_tops" if dtype == "int8" else f"{dtype}_tflops")

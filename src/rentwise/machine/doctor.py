@@ -27,9 +27,6 @@ BF16_MIN_CAPABILITY = (8, 0)
 FP8_MIN_CAPABILITY = (8, 9)
 # Memory held on a GPU beyond one CUDA context (~0.3-1.3 GiB, shared/data README) means another job is there.
 FOREIGN_MEMORY_BYTES = GIB
-# An nvidia-smi total more than 1% away from the catalog's figure for that card is another card or a cut-down
-# variant (the catalog's known totals are exact per model; ECC toggling moves GDDR cards by 1/16, see below).
-IDENTITY_MEMORY_TOLERANCE = 0.01
 TORCH_CUDA_WHEELS = "https://download.pytorch.org/whl/"
 
 
@@ -222,9 +219,8 @@ def check_identity(inputs: DoctorInputs, use: Use) -> list[Check]:
             checks.append(Check(name, "info", f"'{gpu.name}' is not in the catalog: no spec to compare with"))
             continue
         expected = spec.usable_bytes
-        off = abs(gpu.memory_total_bytes - expected) / expected
         detail = f"{gpu.name} = catalog '{spec.name}', {format_gib(gpu.memory_total_bytes)} total"
-        if off > IDENTITY_MEMORY_TOLERANCE:
+        if not spec.matches_memory_total(gpu.memory_total_bytes):
             checks.append(
                 Check(
                     name,

@@ -179,7 +179,7 @@ def _identity_reasons(
         return []
     reasons: list[str] = []
     expected = spec.usable_bytes
-    if abs(result.gpu.memory_total_bytes - expected) / expected > 0.01:
+    if not spec.matches_memory_total(result.gpu.memory_total_bytes):
         reasons.append(
             f"{format_gib(result.gpu.memory_total_bytes)} of memory where a {spec.name} has "
             f"{format_gib(expected)} ({spec.usable_rule})"

@@ -213,3 +213,12 @@ def test_catalog_does_not_import_torch() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_matches_memory_total() -> None:
+    h100 = find_gpu("H100")
+    assert h100.matches_memory_total(81559 * MIB)
+    assert not h100.matches_memory_total(40 * 1024 * MIB)
+    pcie = find_gpu("H100 PCIe")  # no known nvidia-smi total: anything from the rule's bound to the nameplate
+    assert pcie.matches_memory_total(81559 * MIB) and pcie.matches_memory_total(pcie.usable_bytes)
+    assert not pcie.matches_memory_total(94 * 1024 * MIB)  # an H100 NVL is another card
