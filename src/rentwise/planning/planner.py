@@ -298,8 +298,6 @@ def fastest_fit(shape: ModelShape, job: JobSpec, candidates: Sequence[_Candidate
         return best
     if untimed:
         return untimed
-    if job.global_batch < num_gpus:
-        return f"global batch {job.global_batch} is smaller than {num_gpus} GPUs"
     if smallest is None or smallest > capacity:
         need = f"{smallest / 2**30:.1f} GiB" if smallest else "more than the largest card"
         return f"does not fit: needs {need} per GPU, {gpu.name} has {capacity / 2**30:.1f} GiB"
@@ -402,6 +400,9 @@ def plan(
             rejected.append(
                 Rejection(offer.id, offer.label, f"{offer.gpu_count} GPUs > --max-gpus {job.max_gpus}")
             )
+        elif offer.gpu_count > job.global_batch:
+            reason = f"{offer.gpu_count} GPUs need a global batch of at least {offer.gpu_count} sequences"
+            rejected.append(Rejection(offer.id, offer.label, f"{reason} (--global-batch {job.global_batch})"))
         elif not any(offer.price_per_hour(b) is not None for b in job.billings):
             continue  # no allowed billing mode: not a candidate, not worth a line
         else:
