@@ -81,7 +81,8 @@ def parse_row(raw: dict[str, str]) -> Row:
     method = {"QLoRA": "qlora", "LoRA": "lora"}.get(raw["task"].strip())
     if method is None:
         return Row(**base, job=None, reason=f"task '{raw['task']}' not modelled", assumption="")
-    targets = tuple(t.strip() for t in raw["lora_target_modules"].split(","))
+    names = raw["lora_target_modules"].split("(")[0]  # drop the "(lora_target_modules='all')" remark
+    targets = tuple(t.strip() for t in names.split(",") if t.strip())
     gpus = int(raw["num_gpus"])
     sharding = "fsdp" if "FSDP" in raw["parallelism"] else "ddp"
     offload = "none"
