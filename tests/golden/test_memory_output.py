@@ -1,4 +1,4 @@
-"""Golden output: snapshots of `rentwise memory` tables. Refresh with UPDATE_GOLDEN=1 after a deliberate change."""
+"""Golden output: `rentwise memory` table snapshots; refresh with UPDATE_GOLDEN=1 after a change."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 CASES = {
     "memory_qwen2.5-7b_lora_ckpt": ["memory", "qwen2.5-7b", "--method", "lora", "--grad-ckpt"],
     "memory_llama-3.1-8b_full_zero3_4gpu": [
-        "memory", "llama-3.1-8b", "--method", "full", "--gpus", "4", "--sharding", "zero3", "--gpu", "A100-80G",
+        "memory", "llama-3.1-8b", "--method", "full", "--gpus", "4",
+        "--sharding", "zero3", "--gpu", "A100-80G",
     ],
     "memory_mixtral_qlora": ["memory", "mixtral-8x7b", "--method", "qlora", "--seq", "4096", "--gpu", "H100"],
     "memory_llama-3.1-8b_inference": [
-        "memory", "llama-3.1-8b", "--method", "inference", "--batch", "8", "--seq", "4096", "--generate", "512",
+        "memory", "llama-3.1-8b", "--method", "inference",
+        "--batch", "8", "--seq", "4096", "--generate", "512",
     ],
 }  # fmt: skip
 

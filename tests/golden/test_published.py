@@ -1,8 +1,9 @@
 """Golden numbers: the analytic estimate against published GPU measurements, like with like.
 
 Rows of shared/data/gpu_memory_measurements.csv (Answer.AI fsdp_qlora, 2 x RTX 3090/4090, FSDP, bf16,
-LoRA r=64 on q/k/v/gate/up/down with dropout 0.1, gradient checkpointing; measured: torch.cuda.max_memory_reserved per
-rank, GiB). Those runs used transformers ~4.38-4.40, whose loss path kept fp32 logits (legacy_logits).
+LoRA r=64 on q/k/v/gate/up/down with dropout 0.1, gradient checkpointing; measured:
+torch.cuda.max_memory_reserved per rank, GiB). Those runs used transformers ~4.38-4.40, whose loss path
+kept fp32 logits (legacy_logits).
 Tolerance achieved here: 10% on these rows. benchmarks/memory_vs_published.py reports every expressible row
 (median |error| 7.4%, max 28.3%): the small-batch rows 121/123 under-predict what FSDP's wrapping reserves
 (the source notes 3.72 GiB reserved right after wrapping a 7B QLoRA model), and row 132 reports the same
