@@ -10,9 +10,10 @@ from typing import Any
 
 import click
 
+from rentwise.cli.job_options import job_from_options, job_options
 from rentwise.cli.render import emit_json, json_option, stderr_console, stdout_console
 from rentwise.errors import ConfigError, RentwiseError
-from rentwise.machine.advice import Advice, AdviceContext
+from rentwise.machine.advice import Advice, AdviceContext, MicroBatchModel
 from rentwise.machine.readings import GpuSource, Sample, TraceSource, open_source
 from rentwise.machine.watch import WatchRun, WatchSummary
 from rentwise.units import format_duration, format_gib
@@ -38,6 +39,14 @@ SEVERITY_MARK = {"critical": "✗", "warn": "⚠", "info": "•"}
 @click.option(
     "--duration", "duration_s", type=float, help="Stop after this many seconds (without a command)."
 )
+@click.option(
+    "--job",
+    "job_model",
+    metavar="MODEL",
+    help="The model being trained; with the memory flags below (as for `rentwise memory`) the "
+    "'raise the micro-batch' advice says by how much.",
+)
+@job_options
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ...]")
 def command(
@@ -47,6 +56,8 @@ def command(
     duration_s: float | None,
     as_json: bool,
     command: tuple[str, ...],
+    job_model: str | None,
+    **job_flags: Any,
 ) -> int:
     """Watch each GPU's memory, utilisation, power, temperature and clocks, and turn them into advice.
 
@@ -69,7 +80,7 @@ def command(
         command=command,
         record_path=record_path,
         host=_host_sampler() if not replay_path else None,
-        context=AdviceContext(),
+        context=AdviceContext(micro_batch_model=_micro_batch_model(job_model, job_flags)),
         max_duration_s=duration_s,
         on_update=live.update if live else None,
         sleep=(lambda _: None) if replay_path else _sleep,
@@ -95,6 +106,16 @@ def _source(replay_path: Path | None) -> GpuSource:
             hint="`rentwise doctor` explains the machine; `rentwise watch --replay FILE` replays a trace",
         )
     return source
+
+
+def _micro_batch_model(job_model: str | None, job_flags: dict[str, Any]) -> MicroBatchModel | None:
+    """How the watched job's memory grows per sample, from the analytic estimator (`rentwise memory`)."""
+    if job_model is None:
+        return None
+    from rentwise.machine.advice import micro_batch_model_for
+    from rentwise.models.catalog import load_shape
+
+    return micro_batch_model_for(load_shape(job_model), job_from_options(job_flags))
 
 
 def _host_sampler() -> Any:

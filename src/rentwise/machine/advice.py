@@ -6,11 +6,12 @@ Rules look at a trailing window so that a brief spike does not trigger them ("fo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from rentwise.machine.readings import (
     HARDWARE_REASONS,
@@ -21,6 +22,10 @@ from rentwise.machine.readings import (
     Sample,
 )
 from rentwise.units import format_duration, format_gib
+
+if TYPE_CHECKING:
+    from rentwise.memory.job import MemoryJob
+    from rentwise.models.shape import ModelShape
 
 Severity = Literal["info", "warn", "critical"]
 
@@ -88,6 +93,15 @@ def micro_batch_model_from_totals(
     """Derive the linear model from two estimates: at `micro_batch` and at `micro_batch + 1`."""
     per_sample = max(total_next_bytes - total_bytes, 1)
     return MicroBatchModel(micro_batch, per_sample, total_bytes - micro_batch * per_sample)
+
+
+def micro_batch_model_for(shape: ModelShape, job: MemoryJob) -> MicroBatchModel:
+    """The linear model from `rentwise memory`'s analytic estimate (nvidia-smi-comparable totals)."""
+    from rentwise.memory.estimate import estimate_memory
+
+    now = estimate_memory(shape, job).total_bytes
+    bigger = estimate_memory(shape, dataclasses.replace(job, micro_batch=job.micro_batch + 1)).total_bytes
+    return micro_batch_model_from_totals(job.micro_batch, now, bigger)
 
 
 # ---------------------------------------------------------------------------------------------------------

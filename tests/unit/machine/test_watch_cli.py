@@ -71,3 +71,22 @@ def test_usage_errors(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     result = run_cli("watch", "--replay", str(tmp_path / "missing.jsonl"))
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: trace file '{tmp_path / 'missing.jsonl'}' does not exist\n")
+
+
+def test_job_flags_turn_the_headroom_into_a_micro_batch(run_cli: Callable[..., Any]) -> None:
+    import math
+
+    from rentwise.machine.advice import micro_batch_model_for
+    from rentwise.memory.job import MemoryJob
+    from rentwise.models.catalog import load_shape
+
+    model = micro_batch_model_for(
+        load_shape("qwen2.5-7b"), MemoryJob(method="lora", precision="bf16", micro_batch=2)
+    )
+    peak = int(0.45 * 81559 * 2**20)  # the synthetic trace's steady memory
+    expected = math.floor(
+        (0.9 * 81559 * 2**20 - (peak - 2 * model.per_sample_bytes)) / model.per_sample_bytes
+    )
+    result = _replay(run_cli, "memory-underused", "--job", "qwen2.5-7b", "--method", "lora", "--batch", "2")
+    assert result.exit_code == 0
+    assert f"raise the micro-batch from 2 to {expected} (+" in result.stdout.replace("\n", " ")
