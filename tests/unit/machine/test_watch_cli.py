@@ -87,6 +87,9 @@ def test_job_flags_turn_the_headroom_into_a_micro_batch(run_cli: Callable[..., A
     expected = math.floor(
         (0.9 * 81559 * 2**20 - (peak - 2 * model.per_sample_bytes)) / model.per_sample_bytes
     )
-    result = _replay(run_cli, "memory-underused", "--job", "qwen2.5-7b", "--method", "lora", "--batch", "2")
+    result = _replay(
+        run_cli, "memory-underused", "--job", "qwen2.5-7b", "--method", "lora", "--batch", "2", "--json"
+    )
     assert result.exit_code == 0
-    assert f"raise the micro-batch from 2 to {expected} (+" in result.stdout.replace("\n", " ")
+    (advice,) = json.loads(result.stdout)["advice"]
+    assert advice["action"].startswith(f"raise the micro-batch from 2 to {expected} (+")
