@@ -35,6 +35,7 @@ BILLING_LABELS: dict[str, str] = {
 RESERVED_TERM_H: dict[str, float] = {"weekly": 7 * 24.0, "monthly": 365.25 * 24 / 12}
 
 Interconnect = Literal["nvlink", "pcie", ""]
+NAMED_INSTANCES = frozenset({"AWS", "GCP", "Azure", "Alibaba Cloud", "Tencent Cloud"})
 
 # Units of one US dollar, per currency. The CNY rate is the one the bundled Alibaba/Tencent rows were
 # converted with in their source (sugarlxn/skypilot-catalog fetch workflow, --cny-usd-rate 0.138), so
@@ -94,8 +95,11 @@ class Offer:
 
     @property
     def label(self) -> str:
+        """'AWS us-east-2 p5e.48xlarge 8xH200 SXM': provider, region, cloud instance type, GPUs."""
         where = f" {self.region}" if self.region and not self.region.startswith("(") else ""
-        return f"{self.provider}{where} {self.gpu_count}x{self.gpu}"
+        # Cloud instance names tell two shapes in one region apart (p5e vs p5en); marketplace ones are noise.
+        machine = f" {self.instance_type}" if self.provider in NAMED_INSTANCES and self.instance_type else ""
+        return f"{self.provider}{where}{machine} {self.gpu_count}x{self.gpu}"
 
 
 class PriceSource(Protocol):
