@@ -176,7 +176,8 @@ def _raise_micro_batch_action(peak: GpuReading, model: MicroBatchModel | None) -
         free = MICRO_BATCH_TARGET_FRACTION * peak.memory_total_bytes - peak.memory_used_bytes
         return (
             f"raise the micro-batch (about {format_gib(free)} is free below a 90% target); size it with "
-            "`rentwise memory MODEL --micro-batch N`, or pass the job to `watch --job` for a number"
+            "`rentwise memory MODEL --batch N`, or give `rentwise watch` the job (--job MODEL and "
+            "the memory flags) for a number"
         )
     # Calibrate the fixed part on what the GPU shows, keep the estimator's per-sample slope.
     fixed_observed = peak.memory_used_bytes - model.micro_batch * model.per_sample_bytes

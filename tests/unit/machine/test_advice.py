@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,21 @@ def test_every_rule_is_registered() -> None:
         "gpu_idle_job_alive",
         "release_instance",
     }
+
+
+RECORDED = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "machine").glob("recorded-*.jsonl"))
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.name for p in RECORDED])
+def test_recorded_traces_replay_without_critical_advice(path: Path) -> None:
+    """Real NVML recordings (written by benchmarks/gpu_hardware_check.sh on a GPU machine)."""
+    from rentwise.machine.readings import read_trace
+    from rentwise.machine.watch import summarize
+
+    facts, samples = read_trace(path)
+    assert not facts.synthetic and samples
+    summary = summarize(samples, facts, context_for(facts, samples))
+    assert summary.gpus and all(g.peak_used_bytes <= g.total_bytes for g in summary.gpus)
+    assert not [a for a in summary.advice if a.severity == "critical"]
+    if path.name.endswith("-train.jsonl"):
+        assert max(g.mean_utilization_pct or 0 for g in summary.gpus) > 10  # the training job used the GPU
