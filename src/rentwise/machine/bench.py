@@ -134,8 +134,8 @@ def _measure_all(
     measurements = []
     is_cuda = target.startswith("cuda")
     for dtype in config.matmul_dtypes:
-        if dtype == "bf16" and is_cuda and not torch.cuda.is_bf16_supported():
-            progress("skipping bf16 matmul: this GPU has no bf16 support")
+        if dtype == "bf16" and is_cuda and not _native_bf16(torch):
+            progress("skipping bf16 matmul: this GPU has no bf16 tensor cores (torch would emulate it)")
             continue
         progress(f"matmul {dtype} {config.matmul_n}³ x{config.repeats}")
         measurements.append(measure_matmul(torch, dtype, config, target))
@@ -148,6 +148,13 @@ def _measure_all(
             progress("GPU-to-GPU copy")
             measurements.append(measure_peer_copy(torch, config, target))
     return measurements
+
+
+def _native_bf16(torch: Any) -> bool:
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # torch < 2.3 has no including_emulation and reports native support only
+        return bool(torch.cuda.is_bf16_supported())
 
 
 def _synchronize(torch: Any, target: str) -> None:
