@@ -3,9 +3,10 @@
 An `Offer` is one machine shape at one provider and region, with an hourly price per billing mode (on-demand,
 spot, weekly or monthly reserved), its storage, egress and snapshot prices, its billing unit, and where the
 figures come from (`source`, `as_of`). The bundled catalog `offers.csv` is seeded from
-shared/data/gpu_prices.csv (rules in docs/plan.md); users add or override rows with `--offers FILE` or a file
-in their config dir (`$XDG_CONFIG_HOME/rentwise/offers.{csv,toml}`). A row with the same `id` as a bundled
-one replaces it. Validation names the file, the row and the field, and lists every problem at once.
+shared/data/gpu_prices.csv (rules in docs/plan.md); users add or override rows with `--offers FILE` or an
+`offers.toml`/`offers.csv` in the rentwise config dir ($RENTWISE_CONFIG_DIR, else the platform's config
+folder, as for the GPU catalog). A row with the same `id` as a bundled one replaces it. Validation names
+the file, the row and the field, and lists every problem at once.
 
 Prices stay in the currency they were quoted in; `Currency` converts them for display and ranking.
 """
@@ -13,7 +14,6 @@ Prices stay in the currency they were quoted in; `Currency` converts them for di
 from __future__ import annotations
 
 import csv
-import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -322,8 +322,11 @@ def bundled_offers() -> list[Offer]:
 
 
 def user_offers_path() -> Path | None:
-    """`$XDG_CONFIG_HOME/rentwise/offers.toml` or `.csv` (default ~/.config), if one exists."""
-    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "rentwise"
+    """`offers.toml` or `offers.csv` in the rentwise config dir ($RENTWISE_CONFIG_DIR, else the platform's
+    config folder, as for the GPU catalog), if one exists."""
+    from rentwise.hardware.catalog import user_config_dir
+
+    base = user_config_dir()
     for name in ("offers.toml", "offers.csv"):
         if (base / name).is_file():
             return base / name

@@ -14,7 +14,7 @@ Run = Callable[..., Any]
 
 @pytest.fixture(autouse=True)
 def no_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("RENTWISE_CONFIG_DIR", str(tmp_path / "config"))
 
 
 def test_plan_ranks_and_recommends(run_cli: Run) -> None:

@@ -60,7 +60,7 @@ def test_missing_header_column(tmp_path: Path) -> None:
 
 
 def test_toml_offers_override_bundled_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
+    monkeypatch.setenv("RENTWISE_CONFIG_DIR", str(tmp_path / "none"))
     path = tmp_path / "mine.toml"
     path.write_text(
         '[[offer]]\nid = "runpod-us-1x-rtx4090-secure"\nprovider = "RunPod"\ngpu = "RTX 4090"\n'
@@ -76,9 +76,8 @@ def test_toml_offers_override_bundled_rows(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_user_config_dir_file_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    (tmp_path / "rentwise").mkdir()
-    (tmp_path / "rentwise" / "offers.csv").write_text(HEADER + "mine,Lab,home,RTX 3090,1,USD,0.1,,me\n")
+    monkeypatch.setenv("RENTWISE_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "offers.csv").write_text(HEADER + "mine,Lab,home,RTX 3090,1,USD,0.1,,me\n")
     assert any(o.id == "mine" for o in load_offers())
 
 
