@@ -41,11 +41,11 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run with a time limit, keep its exit
 nvidia-smi > "$RESULTS/nvidia-smi.txt" 2>&1
 nvidia-smi -q > "$RESULTS/nvidia-smi-q.txt" 2>&1
 
-step doctor 120 bash -c "rentwise doctor --for train > '$RESULTS/doctor.txt' 2>&1; \
+step doctor 60 bash -c "rentwise doctor --for train > '$RESULTS/doctor.txt' 2>&1; \
   rentwise doctor --for train --json > '$RESULTS/doctor.json' 2>/dev/null"
 
-step bench 150 bash -c "rentwise bench --save '$RESULTS/bench.json' > '$RESULTS/bench.txt' 2>&1"
-step bench-again 150 bash -c "rentwise bench --compare '$RESULTS/bench.json' --save '$RESULTS/bench-again.json' \
+step bench 90 bash -c "rentwise bench --save '$RESULTS/bench.json' > '$RESULTS/bench.txt' 2>&1"
+step bench-again 90 bash -c "rentwise bench --compare '$RESULTS/bench.json' --save '$RESULTS/bench-again.json' \
   > '$RESULTS/bench-again.txt' 2>&1"
 
 # A short real training job to watch: a ~0.3B-parameter Llama-shaped model from a config (no download),
@@ -75,13 +75,13 @@ torch.cuda.synchronize()
 print(f"steps={step} loss={loss.item():.3f} max_allocated_gib={torch.cuda.max_memory_allocated() / 2**30:.2f} "
       f"max_reserved_gib={torch.cuda.max_memory_reserved() / 2**30:.2f}")
 PY
-step watch-train 180 bash -c "rentwise watch --interval 1 --record '$RESULTS/watch-train.jsonl' \
+step watch-train 150 bash -c "rentwise watch --interval 1 --record '$RESULTS/watch-train.jsonl' \
   -- python '$RESULTS/train_probe.py' > '$RESULTS/watch-train.txt' 2>&1"
 rentwise watch --replay "$RESULTS/watch-train.jsonl" --json > "$RESULTS/watch-train.json" 2>/dev/null
-step watch-idle 40 bash -c "rentwise watch --interval 1 --duration 15 --record '$RESULTS/watch-idle.jsonl' \
+step watch-idle 30 bash -c "rentwise watch --interval 1 --duration 15 --record '$RESULTS/watch-idle.jsonl' \
   > '$RESULTS/watch-idle.txt' 2>&1"
 
-step gpu-tests 120 bash -c "python -m pytest -m gpu tests/unit/machine -q -p no:cacheprovider \
+step gpu-tests 50 bash -c "python -m pytest -m gpu tests/unit/machine -q -p no:cacheprovider \
   > '$RESULTS/gpu-tests.txt' 2>&1"
 
 cp "$RESULTS/watch-train.jsonl" "$FIXTURES/recorded-$SLUG-train.jsonl" 2>/dev/null
