@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real-GPU check for `rentwise doctor`, `bench` and `watch` (issue 6). Needs one CUDA GPU, an NVIDIA driver,
-# and `pip install -e '.[gpu,train]'`. Takes about 4 minutes (budget: under 8) on one datacenter GPU.
+# and `pip install -e '.[gpu,train]'`. Estimated 4 minutes; the step timeouts add up to 7 min 50 s at worst.
 #
 # Writes to benchmarks/results/gpu-check-<gpu>-<utc time>/ (and copies that folder to $OUT when set):
 #   nvidia-smi.txt, nvidia-smi-q.txt     what the driver says, for cross-checking rentwise's readings
