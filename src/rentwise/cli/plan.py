@@ -179,7 +179,9 @@ def _tokens(options: dict[str, Any], shape: Any) -> int:
             raise ConfigError("--samples needs --avg-tokens", hint="e.g. --samples 20000 --avg-tokens 512")
         return tokens_from_samples(parse_count(options["samples"]), options["avg_tokens"])
     if options["dataset_file"]:
-        counted = count_dataset_tokens(options["dataset_file"], shape.extra.get("_name_or_path") or None)
+        meta = shape.extra.get("_rentwise") or {}
+        hf_id = meta.get("hf_id") if isinstance(meta, dict) else None
+        counted = count_dataset_tokens(options["dataset_file"], hf_id or shape.extra.get("_name_or_path"))
         click.echo(f"dataset: {counted.tokens:,} tokens ({counted.method})", err=True)
         return counted.tokens
     raise ConfigError(
