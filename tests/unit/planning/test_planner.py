@@ -116,7 +116,7 @@ def test_spot_plan_counts_preemptions() -> None:
     assert p.wall_h > p.compute_h + p.setup_h
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     tokens=st.integers(1_000_000, 5_000_000_000),
     more=st.integers(0, 1_000_000_000),
