@@ -24,7 +24,7 @@ from rentwise.models.shape import ModelShape
 from rentwise.planning.job import JobSpec
 from rentwise.planning.offers import Currency, Offer
 from rentwise.planning.planner import Estimator, Strategy, _Candidate, _trainable_params, step_time
-from rentwise.planning.time import default_utilisation
+from rentwise.planning.time import METHOD_FACTOR, default_utilisation, matmul_params, training_flops_per_token
 
 MORE_CARDS = (2, 4, 8)
 
@@ -91,6 +91,20 @@ def _timing(shape: ModelShape, job: MemoryJob, gpu: GpuSpec, interconnect: str =
 def _strategy(job: MemoryJob) -> Strategy:
     return Strategy(job.method, job.micro_batch, 1, job.grad_checkpointing, job.sharding, job.offload,
                     job.precision)  # fmt: skip
+
+
+def _compute_ratio(shape: ModelShape, old: MemoryJob, new: MemoryJob) -> float:
+    """Time per token of `new` over `old` on one card from FLOPs and the method factor alone (for a card
+    known only by its size: its peak cancels out; communication and offload are not counted)."""
+
+    def cost(job: MemoryJob) -> float:
+        params = matmul_params(shape.num_active_params, shape.embedding_params, shape.vocab_size,
+                               shape.hidden_size)  # fmt: skip
+        flops = training_flops_per_token(params, shape.num_layers, shape.q_dim, job.seq_len, job.method,
+                                         job.grad_checkpointing)  # fmt: skip
+        return flops.hardware / METHOD_FACTOR.get(job.method, 1.0)
+
+    return cost(new) / cost(old)
 
 
 def _cheapest_per_hour(
@@ -161,6 +175,13 @@ def diagnose(
         peak = estimate(shape, new_job).total_bytes if peak is None else peak
         speed = _timing(shape, new_job, card)
         relative = base_speed / speed if (speed and base_speed) else None
+        if (
+            relative is None
+            and card is gpu
+            and new_job.num_gpus == job.num_gpus
+            and new_job.offload == "none"
+        ):
+            relative = _compute_ratio(shape, job, new_job)  # same card: peak cancels, FLOPs decide
         price = _cheapest_per_hour(offers, card, new_job.num_gpus, currency)
         per_mtok = price / (speed * 3600) * 1e6 if (price is not None and speed) else None
         return Remedy(change, card.name, new_job.num_gpus, peak, card.usable_bytes, speed, relative, per_mtok,

@@ -387,6 +387,7 @@ def plan(
     resolved: dict[str, GpuSpec | None] = {}
     rejected: list[Rejection] = []
     usable: list[tuple[Offer, GpuSpec]] = []
+    unpriced = 0
     for offer in offers:
         if offer.gpu not in resolved:
             try:
@@ -404,10 +405,13 @@ def plan(
             reason = f"{offer.gpu_count} GPUs need a global batch of at least {offer.gpu_count} sequences"
             rejected.append(Rejection(offer.id, offer.label, f"{reason} (--global-batch {job.global_batch})"))
         elif not any(offer.price_per_hour(b) is not None for b in job.billings):
-            continue  # no allowed billing mode: not a candidate, not worth a line
+            unpriced += 1  # no allowed billing mode: summarised in one line below
         else:
             usable.append((offer, gpu))
 
+    if unpriced:
+        modes = " or ".join(BILLING_LABELS[b] for b in job.billings)
+        rejected.append(Rejection("", f"{unpriced} offers", f"{unpriced} offers have no {modes} price"))
     max_capacity = max((gpu.usable_bytes for _, gpu in usable), default=0)
     candidates = {n: candidate_strategies(shape, job, n, max_capacity, estimate)
                   for n in sorted({o.gpu_count for o, _ in usable})}  # fmt: skip
