@@ -23,7 +23,7 @@ from rentwise.memory.job import MemoryJob
 from rentwise.models.shape import ModelShape
 from rentwise.planning.job import JobSpec
 from rentwise.planning.offers import Currency, Offer
-from rentwise.planning.planner import Estimator, Strategy, _Candidate, _trainable_params, step_time
+from rentwise.planning.planner import Candidate, Estimator, Strategy, step_time, trainable_params
 from rentwise.planning.time import METHOD_FACTOR, default_utilisation, matmul_params, training_flops_per_token
 
 MORE_CARDS = (2, 4, 8)
@@ -77,8 +77,8 @@ def _timing(shape: ModelShape, job: MemoryJob, gpu: GpuSpec, interconnect: str =
     """Tokens per second of `job` on `job.num_gpus` × `gpu`, or None when the card has no known peak."""
     spec = JobSpec(model=shape.name, method=job.method if job.method != "inference" else "full", tokens=1,
                    seq_len=job.seq_len, global_batch=job.micro_batch * job.num_gpus)  # fmt: skip
-    candidate = _Candidate(
-        strategy=_strategy(job), peak_bytes=0, trainable_params=_trainable_params(shape, job)
+    candidate = Candidate(
+        strategy=_strategy(job), peak_bytes=0, trainable_params=trainable_params(shape, job)
     )
     timed = step_time(shape, spec, candidate, gpu, job.num_gpus, interconnect,
                       default_utilisation(gpu, job.method))  # fmt: skip

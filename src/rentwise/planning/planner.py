@@ -155,7 +155,9 @@ class PlanResult:
 
 # --- strategies and memory -------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Candidate:
+class Candidate:
+    """A strategy for a GPU count, with its peak memory per GPU and the parameters it trains."""
+
     strategy: Strategy
     peak_bytes: int
     trainable_params: int
@@ -188,12 +190,12 @@ def _layouts(job: JobSpec, method: str, num_gpus: int) -> list[tuple[str, str]]:
 
 def candidate_strategies(
     shape: ModelShape, job: JobSpec, num_gpus: int, max_capacity: int, estimate: Estimator
-) -> list[_Candidate]:
+) -> list[Candidate]:
     """Every strategy for `num_gpus` data-parallel GPUs with its peak memory, skipping micro-batches
     that already exceed the largest card (memory grows with micro-batch)."""
     per_gpu = math.ceil(job.global_batch / num_gpus)
     checkpointing = [job.grad_checkpointing] if job.grad_checkpointing is not None else [False, True]
-    found: list[_Candidate] = []
+    found: list[Candidate] = []
     for method in job.methods_to_try():
         precision = job.precision_for(method)
         if method == "qlora" and precision == "fp32":
@@ -209,7 +211,7 @@ def candidate_strategies(
                         break
                     accum = math.ceil(per_gpu / micro)
                     strategy = Strategy(method, micro, accum, ckpt, sharding, offload, precision)
-                    found.append(_Candidate(strategy, peak, _trainable_params(shape, memory_job)))
+                    found.append(Candidate(strategy, peak, trainable_params(shape, memory_job)))
     return found
 
 
@@ -235,12 +237,13 @@ def _memory_job(job: JobSpec, method: str, precision: str, micro: int, ckpt: boo
         return None  # an invalid combination (e.g. offload without ZeRO) is simply not a candidate
 
 
-def _trainable_params(shape: ModelShape, memory_job: MemoryJob) -> int:
+def trainable_params(shape: ModelShape, memory_job: MemoryJob) -> int:
+    """All parameters for full fine-tuning, the adapter's for LoRA/QLoRA."""
     return shape.num_params if memory_job.method == "full" else adapter_params(shape, memory_job)
 
 
 # --- speed -----------------------------------------------------------------------------------------------
-def step_time(shape: ModelShape, job: JobSpec, candidate: _Candidate, gpu: GpuSpec, num_gpus: int,
+def step_time(shape: ModelShape, job: JobSpec, candidate: Candidate, gpu: GpuSpec, num_gpus: int,
               interconnect: str, utilisation: float) -> tuple[StepTime, int] | None:  # fmt: skip
     """Seconds per optimizer step and tokens per step, or None when the GPU lacks the precision's peak."""
     s = candidate.strategy
@@ -268,7 +271,7 @@ def step_time(shape: ModelShape, job: JobSpec, candidate: _Candidate, gpu: GpuSp
     return StepTime(compute, seconds_for(comm_bytes, link), seconds_for(offload_bytes, pcie)), tokens
 
 
-def fastest_fit(shape: ModelShape, job: JobSpec, candidates: Sequence[_Candidate], gpu: GpuSpec,
+def fastest_fit(shape: ModelShape, job: JobSpec, candidates: Sequence[Candidate], gpu: GpuSpec,
                 num_gpus: int, interconnect: str) -> Fit | str:  # fmt: skip
     """The fastest candidate that fits `gpu`, or the reason none does."""
     capacity = gpu.usable_bytes
