@@ -13,7 +13,9 @@ from rentwise.planning.offers import BILLINGS, OfferFilter, filter_offers, load_
 
 
 def _money(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.3f}"
+    if value is None:
+        return "-"
+    return f"{value:,.3f}" if value >= 0.1 else f"{value:.5f}"  # storage and egress are fractions of a cent
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
