@@ -273,6 +273,7 @@ _BOOL_FIELDS = frozenset(name for name, f in _FIELDS.items() if f.type == "bool"
 def merge_rows(gpus: Sequence[GpuSpec], rows: Sequence[Any], origin: str) -> list[GpuSpec]:
     """Apply TOML rows (dicts) on top of `gpus`; raise one `ConfigError` listing every problem."""
     merged = list(gpus)
+    index = _index(merged)
     problems: list[str] = []
     for position, row in enumerate(rows, start=1):
         label = f"{origin}: gpu #{position}"
@@ -284,16 +285,21 @@ def merge_rows(gpus: Sequence[GpuSpec], rows: Sequence[Any], origin: str) -> lis
         problems.extend(row_problems)
         if row_problems:
             continue
-        existing = _index(merged).get(normalize_name(row["name"]))
+        existing = index.get(normalize_name(row["name"]))
         if existing is not None:
             values.pop("name")  # an alias may have matched: keep the catalog's own name
-            merged[merged.index(existing)] = dataclasses.replace(existing, origin=origin, **values)
+            updated = dataclasses.replace(existing, origin=origin, **values)
+            merged[merged.index(existing)] = updated
+            index = _index(merged)  # rare (user overrides only): aliases may have changed
             continue
         missing = [name for name in _REQUIRED if name not in values]
         if missing:
             problems.append(f"{label}: a new GPU needs field(s) {', '.join(repr(m) for m in missing)}")
             continue
-        merged.append(GpuSpec(origin=origin, **values))
+        added = GpuSpec(origin=origin, **values)
+        merged.append(added)
+        for key in (added.name, *added.aliases):
+            index.setdefault(normalize_name(key), added)
     if problems:
         raise ConfigError(
             "; ".join(problems), hint="fix the file, or run `rentwise gpus --json` for examples"
