@@ -168,6 +168,6 @@ def test_whole_catalog_plans_well_under_the_latency_budget() -> None:
     shape = load_shape("llama-3.1-8b")
     job = JobSpec(model="llama-3.1-8b", method="lora", tokens=50_000_000)
     plan(shape, job, OFFERS)  # warm caches (catalog files, imports)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time, so a loaded test machine does not make this flaky
     plan(shape, job, OFFERS)
-    assert time.perf_counter() - start < 0.2
+    assert time.process_time() - start < 0.2
