@@ -72,7 +72,12 @@ def _render(d: Diagnosis, top: int) -> None:
         click.echo(f"{d.model} needs {_gib(total)} GiB on {d.gpu} ({_gib(d.capacity_bytes)} GiB): it fits, "
                    f"{_gib(-d.over_bytes)} GiB to spare. Changes that save more memory:")  # fmt: skip
     biggest = ", ".join(f"{label} {_gib(size)} GiB" for label, size in d.largest[:4])
-    click.echo(f"Largest parts: {biggest}.\n")
+    click.echo(f"Largest parts: {biggest}.")
+    if d.overflowing:
+        parts = " + ".join(d.overflowing)
+        verb = "alone exceeds" if len(d.overflowing) == 1 else "already exceed"
+        click.echo(f"What overflows: {parts} {verb} the card's {_gib(d.capacity_bytes)} GiB.")
+    click.echo("")
     rows = [
         [str(i), "yes" if r.fits else "no", r.change, f"{_gib(r.peak_bytes)}/{_gib(r.capacity_bytes)}",
          "-" if r.relative_time is None else f"{r.relative_time:.2f}×",

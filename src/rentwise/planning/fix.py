@@ -72,6 +72,18 @@ class Diagnosis:
     def over_bytes(self) -> int:
         return self.breakdown.total_bytes - self.capacity_bytes
 
+    @property
+    def overflowing(self) -> tuple[str, ...]:
+        """The fewest largest components that on their own exceed the card (empty when the job fits)."""
+        if self.over_bytes <= 0:
+            return ()
+        total, names = 0, list[str]()
+        for label, size in self.largest:
+            total, names = total + size, [*names, label]
+            if total > self.capacity_bytes:
+                break
+        return tuple(names)
+
 
 def _timing(shape: ModelShape, job: MemoryJob, gpu: GpuSpec, interconnect: str = "") -> float | None:
     """Tokens per second of `job` on `job.num_gpus` × `gpu`, or None when the card has no known peak."""

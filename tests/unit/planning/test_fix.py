@@ -13,6 +13,8 @@ def test_full_finetune_on_a_24gb_card() -> None:
                  bundled_offers())  # fmt: skip
     assert d.over_bytes > 0
     assert d.largest[0][1] == max(size for _, size in d.largest)
+    # 8B full fine-tune: the optimizer states alone (8 B/param of Adam moments) exceed 24 GiB.
+    assert d.overflowing == ("optimizer states",)
     fitting = [r for r in d.remedies if r.fits]
     assert fitting, "some change must fit"
     # fits come first, and every remedy that fits really is under the card's capacity
