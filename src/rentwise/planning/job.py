@@ -74,6 +74,8 @@ class JobSpec:
     restart_s: float | None = None
     utilisation: float | None = None
     """Share of dense peak reached (overrides the per-GPU default; see planning/time.py)."""
+    utilisation_by_gpu: tuple[tuple[str, float], ...] = ()
+    """Per-GPU utilisation (catalog name, share of peak), e.g. learned from the ledger; `utilisation` wins."""
     memory_extras: tuple[tuple[str, object], ...] = ()
     """Other `MemoryJob` fields passed through unchanged, e.g. (("qlora_double_quant", False),)."""
     download_gbps: float = DEFAULT_DOWNLOAD_GBPS
@@ -140,6 +142,9 @@ def spec_problems(spec: JobSpec) -> list[str]:
     for label, number in positive:
         if number is not None and not (number > 0 and math.isfinite(number)):
             problems.append(f"{label} must be a positive number, got {number}")
+    for gpu_name, share in spec.utilisation_by_gpu:
+        if not 0 < share <= 1:
+            problems.append(f"utilisation for {gpu_name} must be in (0, 1], got {share}")
     if spec.utilisation is not None and spec.utilisation > 1:
         problems.append(f"mfu is a share of peak between 0 and 1, got {spec.utilisation}")
     nonneg: tuple[tuple[str, float | None], ...] = (

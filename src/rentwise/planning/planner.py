@@ -281,7 +281,8 @@ def fastest_fit(shape: ModelShape, job: JobSpec, candidates: Sequence[Candidate]
     for candidate in candidates:
         if candidate.peak_bytes > capacity:
             continue
-        utilisation = job.utilisation or default_utilisation(gpu, candidate.strategy.method)
+        learned = dict(job.utilisation_by_gpu).get(gpu.name)
+        utilisation = job.utilisation or learned or default_utilisation(gpu, candidate.strategy.method)
         timed = step_time(shape, job, candidate, gpu, num_gpus, interconnect, utilisation)
         if timed is None:
             untimed = f"the GPU catalog has no tensor peak for {gpu.name} in {candidate.strategy.precision}"

@@ -171,3 +171,11 @@ def test_whole_catalog_plans_well_under_the_latency_budget() -> None:
     start = time.process_time()  # CPU time, so a loaded test machine does not make this flaky
     plan(shape, job, OFFERS)
     assert time.process_time() - start < 0.2
+
+
+def test_utilisation_override_per_gpu_scales_speed() -> None:
+    job = JobSpec(model="m", tokens=1_000_000, billings=("on_demand",))
+    base = plan(SHAPE, job, [one_offer()], estimate=fixed_memory(2**30)).plans[0]
+    learned = replace(job, utilisation_by_gpu=(("H100 SXM5", 0.20),))
+    slower = plan(SHAPE, learned, [one_offer()], estimate=fixed_memory(2**30)).plans[0]
+    assert slower.tokens_per_s == pytest.approx(base.tokens_per_s / 2)
