@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rentwise.errors import ConfigError, NotFoundError
+from rentwise.errors import ConfigError, NotFoundError, did_you_mean
 
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -166,74 +166,76 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
 
 def build_config(raw: dict[str, Any], *, base_dir: Path, source: str = "config") -> TrainConfig:
     """Validate a config mapping; raise one `ConfigError` listing every problem with its field path."""
+    raw = _resolve_paths(raw, base_dir)
+    problems = _missing_inputs(raw)
     try:
         config = TrainConfig.model_validate(raw)
     except ValidationError as error:
-        raise ConfigError(_format_problems(source, error), hint="see docs/train.md for every field") from None
-    config = _resolve_paths(config, base_dir)
-    problems = _missing_inputs(config)
+        problems = _validation_problems(error) + problems
     if problems:
+        count = "1 problem" if len(problems) == 1 else f"{len(problems)} problems"
         raise ConfigError(
-            f"config '{source}' has {len(problems)} problem(s): " + "; ".join(problems),
-            hint="fix the paths (relative paths are read from the config file's folder)",
+            f"config '{source}' has {count}: " + "; ".join(problems),
+            hint="docs/train.md lists every field; relative paths are read from the config file's folder",
         )
     return config
 
 
-def _format_problems(source: str, error: ValidationError) -> str:
-    lines = []
+def _validation_problems(error: ValidationError) -> list[str]:
+    problems = []
     for item in error.errors():
         where = ".".join(str(p) for p in item["loc"]) or "(top level)"
         message = str(item["msg"]).removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown field"
-        lines.append(f"{where}: {message}")
-    return f"config '{source}' has {len(lines)} problem(s): " + "; ".join(lines)
+        problems.append(f"{where}: {message}")
+    return problems
 
 
-def _resolve_paths(config: TrainConfig, base_dir: Path) -> TrainConfig:
-    def resolve(path: Path) -> Path:
-        return path if path.is_absolute() else (base_dir / path).resolve()
+def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """Make relative paths absolute against the config's folder (a copy; values of a wrong type are left)."""
 
-    def resolve_source(name: str | None) -> str | None:
-        if name is None or name == "bytes":
-            return name
-        candidate = base_dir / name
-        return str(candidate.resolve()) if candidate.exists() else name
+    def resolve(value: Any) -> Any:
+        return str((base_dir / value).resolve()) if isinstance(value, str) and value else value
 
-    data = config.data.model_copy(
-        update={
-            "path": resolve(config.data.path),
-            "eval_path": resolve(config.data.eval_path) if config.data.eval_path else None,
+    def resolve_if_exists(value: Any) -> Any:  # names may also be bundled shapes or `bytes`
+        return resolve(value) if isinstance(value, str) and (base_dir / value).exists() else value
+
+    raw = dict(raw)
+    if isinstance(raw.get("data"), dict):
+        raw["data"] = {
+            **raw["data"],
+            **{k: resolve(raw["data"][k]) for k in ("path", "eval_path") if k in raw["data"]},
         }
-    )
-    model = config.model.model_copy(update={"source": resolve_source(config.model.source)})
-    return config.model_copy(
-        update={
-            "data": data,
-            "model": model,
-            "tokenizer": resolve_source(config.tokenizer),
-            "output_dir": resolve(config.output_dir),
-        }
-    )
+    if isinstance(raw.get("model"), dict) and "source" in raw["model"]:
+        raw["model"] = {**raw["model"], "source": resolve_if_exists(raw["model"]["source"])}
+    if "tokenizer" in raw:
+        raw["tokenizer"] = resolve_if_exists(raw["tokenizer"])
+    if "output_dir" in raw:
+        raw["output_dir"] = resolve(raw["output_dir"])
+    else:
+        raw["output_dir"] = resolve(str(TrainConfig.model_fields["output_dir"].default))
+    return raw
 
 
-def _missing_inputs(config: TrainConfig) -> list[str]:
+def _missing_inputs(raw: dict[str, Any]) -> list[str]:
+    """Input files and names that do not exist (checked on the raw mapping, so they join pydantic's list)."""
     problems = []
-    for field, path in (("data.path", config.data.path), ("data.eval_path", config.data.eval_path)):
-        if path is not None and not path.exists():
-            problems.append(f"{field}: file '{path}' does not exist")
-    source = Path(config.model.source)
-    if not source.exists() and not (BUNDLED_CONFIGS / f"{config.model.source}.json").is_file():
+    data = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    for key in ("path", "eval_path"):
+        value = data.get(key) if data else None
+        if isinstance(value, str) and not Path(value).exists():
+            problems.append(f"data.{key}: file '{value}' does not exist")
+    model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    name = model.get("source") if model else None
+    if isinstance(name, str) and not Path(name).exists() and not (BUNDLED_CONFIGS / f"{name}.json").is_file():
         known = sorted(p.stem for p in BUNDLED_CONFIGS.glob("*.json"))
-        from rentwise.errors import did_you_mean
-
         problems.append(
-            f"model.source: '{config.model.source}' is neither a path nor a bundled shape"
-            + did_you_mean(config.model.source, known)
+            f"model.source: '{name}' is neither a path nor a bundled shape{did_you_mean(name, known)}"
         )
-    if config.tokenizer not in (None, "bytes") and not Path(config.tokenizer).is_dir():
-        problems.append(f"tokenizer: '{config.tokenizer}' is neither 'bytes' nor a tokenizer folder")
+    tokenizer = raw.get("tokenizer")
+    if isinstance(tokenizer, str) and tokenizer != "bytes" and not Path(tokenizer).is_dir():
+        problems.append(f"tokenizer: '{tokenizer}' is neither 'bytes' nor a tokenizer folder")
     return problems
 
 

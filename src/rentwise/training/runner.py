@@ -185,55 +185,57 @@ def train(
         )
     total_steps = config.max_steps or sampler.steps_per_epoch * (config.epochs or 1)
 
-    # 2. Where to start: the newest checkpoint whose manifest verifies (rank 0 decides, everyone follows).
-    out = config.output_dir
-    if accelerator.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-    lock = _lock_output_dir(out) if accelerator.is_main_process else None
-    resume_dir = _choose_resume(out, options.resume, note) if accelerator.is_main_process else None
-    resume_dir = _broadcast(resume_dir, world)
-
-    # 3. Seed, build the model (a random frozen base is written once), optimizer and schedule.
-    previous_determinism = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=torch.cuda.is_available())
-    set_seed(config.seed)
-    if config.method.kind != "full" and resolve_model_source(config.model)[1]:
+    # The lock, signal handlers, determinism flag and log are undone on any exit, error or not.
+    with contextlib.ExitStack() as cleanup:
+        # 2. Where to start: the newest checkpoint whose manifest verifies (rank 0 decides, everyone follows).
+        out = config.output_dir
         if accelerator.is_main_process:
-            ensure_random_base(hf_config, out / BASE_DIR_NAME, is_main=True)
-        accelerator.wait_for_everyone()
-        set_seed(config.seed)  # adapters start the same whether or not this run had to write the base
-    model = prepare_model(config, hf_config, out, is_main=accelerator.is_main_process)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config, total_steps))
-    model, optimizer = accelerator.prepare(
-        model, optimizer
-    )  # the scheduler is stepped by hand, once per step
-    state = _Progress(micro_batch=micro_batch, grad_accum=accum, world_size=world)
-    if resume_dir is not None:
-        state = _restore(resume_dir, accelerator, model, optimizer, scheduler, config, note)
-        micro_batch, accum = state.micro_batch, state.grad_accum  # keeps an OOM-guard reduction
-    resumed_from = state.step if resume_dir is not None else None
+            out.mkdir(parents=True, exist_ok=True)
+            cleanup.enter_context(_locked_output_dir(out))
+        resume_dir = _choose_resume(out, options.resume, note) if accelerator.is_main_process else None
+        resume_dir = _broadcast(resume_dir, world)
 
-    # 4. The loop.
-    flag = stop or StopFlag()
-    if stop is None:
-        flag.install()
-    log = MetricsLog(out / METRICS_NAME if accelerator.is_main_process else None)
-    if resumed_from is not None:
-        log.write({"event": "resume", "step": resumed_from, "from": str(resume_dir)})
-    policy = _SavePolicy(
-        config.checkpoint.every_steps,
-        config.checkpoint.every_minutes * 60 if config.checkpoint.every_minutes else None,
-        config.checkpoint.auto_mtbi_minutes * 60 if config.checkpoint.auto_mtbi_minutes else None,
-    )
-    meter = CostMeter(config.price_per_hour, config.currency)
-    run = _Run(accelerator, model, optimizer, scheduler, config, options, policy, log, tokenizer.pad_id)
-    last_checkpoint: Path | None = resume_dir
-    started = time.monotonic() - state.elapsed_s
-    order_epoch, order = -1, list[int]()
-    show = options.show_progress and accelerator.is_main_process
-    try:
+        # 3. Seed, build the model (a random frozen base is written once), optimizer and schedule.
+        cleanup.callback(torch.use_deterministic_algorithms, torch.are_deterministic_algorithms_enabled())
+        torch.use_deterministic_algorithms(True, warn_only=torch.cuda.is_available())
+        set_seed(config.seed)
+        if config.method.kind != "full" and resolve_model_source(config.model)[1]:
+            if accelerator.is_main_process:
+                ensure_random_base(hf_config, out / BASE_DIR_NAME, is_main=True)
+            accelerator.wait_for_everyone()
+            set_seed(config.seed)  # adapters start the same whether or not this run had to write the base
+        model = prepare_model(config, hf_config, out, is_main=accelerator.is_main_process)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config, total_steps))
+        # the scheduler is not prepared: accelerate would step it once per process; we step it once per step
+        model, optimizer = accelerator.prepare(model, optimizer)
+        state = _Progress(micro_batch=micro_batch, grad_accum=accum, world_size=world)
+        if resume_dir is not None:
+            state = _restore(resume_dir, accelerator, model, optimizer, scheduler, config, note)
+            micro_batch, accum = state.micro_batch, state.grad_accum  # keeps an OOM-guard reduction
+        resumed_from = state.step if resume_dir is not None else None
+
+        # 4. The loop.
+        flag = stop or StopFlag()
+        if stop is None:
+            flag.install()
+            cleanup.callback(flag.restore)
+        log = MetricsLog(out / METRICS_NAME if accelerator.is_main_process else None)
+        cleanup.callback(log.close)
+        if resumed_from is not None:
+            log.write({"event": "resume", "step": resumed_from, "from": str(resume_dir)})
+        policy = _SavePolicy(
+            config.checkpoint.every_steps,
+            config.checkpoint.every_minutes * 60 if config.checkpoint.every_minutes else None,
+            config.checkpoint.auto_mtbi_minutes * 60 if config.checkpoint.auto_mtbi_minutes else None,
+        )
+        meter = CostMeter(config.price_per_hour, config.currency)
+        run = _Run(accelerator, model, optimizer, scheduler, config, options, policy, log, tokenizer.pad_id)
+        last_checkpoint: Path | None = resume_dir
+        started = time.monotonic() - state.elapsed_s
+        order_epoch, order = -1, list[int]()
+        show = options.show_progress and accelerator.is_main_process
         with ProgressView(total_steps, state.step, enabled=show) as view:
             while state.step < total_steps:
                 epoch = state.step // sampler.steps_per_epoch
@@ -312,13 +314,6 @@ def train(
             tokenizer_folder = _tokenizer_folder(config, model_path)
             export_final(accelerator.unwrap_model(model), config, final_dir, tokenizer_folder)
         accelerator.wait_for_everyone()
-    finally:
-        log.close()
-        if stop is None:
-            flag.restore()
-        torch.use_deterministic_algorithms(previous_determinism)
-        if lock is not None:
-            lock.close()
     return RunResult(
         rank=rank,
         steps=state.step, resumed_from=resumed_from, final_dir=final_dir, last_checkpoint=last_checkpoint,
@@ -537,16 +532,18 @@ def _choose_resume(out: Path, resume: str, note: Any) -> Path | None:
     return found.path if found else None
 
 
-def _lock_output_dir(out: Path) -> Any:
-    """Hold an exclusive lock on the output folder (released by the OS even on SIGKILL)."""
-    handle = open(out / ".lock", "a+")  # noqa: SIM115 (held for the run, closed in train())
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise ConfigError(f"another `rentwise train` is writing to '{out}'",
-                          hint="wait for it to finish or choose another output_dir") from None  # fmt: skip
-    return handle
+@contextlib.contextmanager
+def _locked_output_dir(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the output folder (the OS releases it even on SIGKILL)."""
+    with open(out / ".lock", "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"another `rentwise train` is writing to '{out}'",
+                hint="wait for it to finish or choose another output_dir",
+            ) from None
+        yield
 
 
 def _peak_gpu_bytes() -> int | None:
