@@ -182,9 +182,17 @@ class NvmlSource:
             ),
             sm_clock_mhz=_maybe(lambda: float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))),
             memory_clock_mhz=_maybe(lambda: float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM))),
-            clock_event_reasons=_maybe(lambda: int(nvml.nvmlDeviceGetCurrentClocksEventReasons(handle))) or 0,
+            clock_event_reasons=self._clock_event_reasons(handle),
             processes=self._processes(handle),
         )
+
+    def _clock_event_reasons(self, handle: Any) -> int:
+        """The reasons bitmask; nvidia-ml-py before 12.535 only has the older "throttle reasons" name."""
+        nvml = self._nvml
+        query = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        if query is None:
+            query = nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return _maybe(lambda: int(query(handle))) or 0
 
     def _processes(self, handle: Any) -> tuple[GpuProcess, ...]:
         nvml = self._nvml
