@@ -51,6 +51,9 @@ CHECKPOINT_STATE_BYTES: dict[str, float] = {
     "adamw": 8, "adamw_fused": 8, "adamw_8bit": 2, "adafactor": 0, "sgd": 0, "sgd_momentum": 4,
 }  # fmt: skip
 
+# Cards without bf16 (T4, V100) run the same recipe in fp16 (with a loss scaler).
+FP16_FALLBACK = {"amp_bf16": "amp_fp16", "bf16": "fp16"}
+
 LEAVES_OUT = (
     "communication/compute overlap (assumed none) and NCCL efficiency below link peak",
     "data-loader stalls, warm-up steps and framework differences (utilisation is a per-GPU-family constant)",
@@ -79,7 +82,7 @@ class Strategy:
             parts.append("ckpt")
         if self.sharding != "ddp":
             parts.append(self.sharding + ("" if self.offload == "none" else f"+{self.offload}-offload"))
-        if self.precision == "amp_fp16":
+        if self.precision in ("amp_fp16", "fp16"):
             parts.append("fp16")
         return " ".join(parts)
 
@@ -291,7 +294,11 @@ def fastest_fit(shape: ModelShape, job: JobSpec, candidates: Sequence[Candidate]
         if not math.isfinite(step.total_s):
             untimed = f"the GPU catalog has no {interconnect or 'GPU-to-GPU'} bandwidth for {gpu.name}"
             continue
-        fit = Fit(candidate.strategy, candidate.peak_bytes, capacity, step, tokens, utilisation,
+        strategy = candidate.strategy
+        if not gpu.supports_bf16 and strategy.precision in FP16_FALLBACK:
+            # Same bytes per value, so the memory estimate holds; the plan says it runs in fp16.
+            strategy = replace(strategy, precision=FP16_FALLBACK[strategy.precision])
+        fit = Fit(strategy, candidate.peak_bytes, capacity, step, tokens, utilisation,
                   candidate.trainable_params)  # fmt: skip
         if best is None or (fit.tokens_per_s, fit.strategy.micro_batch) > (
             best.tokens_per_s,
