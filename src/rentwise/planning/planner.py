@@ -167,9 +167,11 @@ class Candidate:
 
 
 def _micro_batches(per_gpu: int, fixed: int | None) -> list[int]:
+    """Micro-batches that divide the per-GPU share of the global batch exactly (powers of two, and the
+    share itself), smallest first, so accumulation keeps the global batch the user asked for."""
     if fixed is not None:
         return [fixed]
-    sizes = [1 << i for i in range(8) if (1 << i) <= per_gpu]
+    sizes = [1 << i for i in range(8) if (1 << i) <= per_gpu and per_gpu % (1 << i) == 0]
     return sizes + ([per_gpu] if per_gpu not in sizes and per_gpu <= 128 else [])
 
 
