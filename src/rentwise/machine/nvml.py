@@ -71,12 +71,13 @@ def _text(value: Any) -> str:
 class NvmlSource:
     """Reads the machine's GPUs through NVML. Create it only after `nvml_unavailable_reason()` is None."""
 
-    def __init__(self) -> None:
-        import pynvml
-
-        self._nvml = pynvml
-        count = pynvml.nvmlDeviceGetCount()
-        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    def __init__(self, nvml: Any = None) -> None:
+        """`nvml` is the `pynvml` module (tests pass a stand-in with the same functions)."""
+        if nvml is None:
+            import pynvml as nvml
+        self._nvml = nvml
+        count = nvml.nvmlDeviceGetCount()
+        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         self._lost: set[int] = set()
 
     def facts(self) -> MachineFacts:
