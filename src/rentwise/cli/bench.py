@@ -33,7 +33,7 @@ STATUS_STYLE = {
 @click.option(
     "--repeats", type=click.IntRange(2, 50), help="Repeats per measurement (default 5; 3 with --quick)."
 )
-@click.option("--quick", is_flag=True, help="Smaller sizes, about a third of the time.")
+@click.option("--quick", is_flag=True, help="Smaller sizes (4096³ matmuls, 256 MiB copies) and 3 repeats.")
 @click.option(
     "--expect", metavar="GPU", help="The card you paid for (catalog name); default: what NVML reports."
 )
@@ -110,7 +110,7 @@ def render(result: BenchResult, verdict: Verdict, spec: GpuSpec | None) -> None:
     style = STATUS_STYLE[verdict.status]
     console.print(f"verdict: [{style}]{verdict.status}[/]", markup=True)
     for reason in verdict.reasons:
-        console.print(f"  - {reason}", markup=False)
+        console.print(f"  - {reason}", markup=False, soft_wrap=True)
 
 
 def _render_conditions(result: BenchResult) -> None:

@@ -50,11 +50,15 @@ def command(use: Use, output_dir: Path, need_disk: str | None, strict: bool, as_
 
 
 def render(report: DoctorReport) -> None:
+    from rich.markup import escape
+
     console = stdout_console()
     console.print(f"rentwise doctor --for {report.use}")
     for check in report.checks:
-        console.print(f"{MARKS[check.status]} {check.name}: {check.detail}", markup=True, highlight=False)
+        # One physical line per check (soft_wrap: the terminal wraps, rich inserts no newlines).
+        line = f"{MARKS[check.status]} {check.name}: {escape(check.detail)}"
+        console.print(line, markup=True, highlight=False, soft_wrap=True)
         if check.fix and check.status in ("warn", "fail", "info"):
-            console.print(f"    fix: {check.fix}", markup=False)
+            console.print(f"    fix: {check.fix}", markup=False, soft_wrap=True)
     verdict = "not ready" if report.failed else "ready"
     console.print(f"{verdict} for {report.use}" + (" (see ✗ above)" if report.failed else ""))

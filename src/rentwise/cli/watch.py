@@ -251,6 +251,6 @@ def _render(summary: WatchSummary, as_json: bool) -> None:
             )
         console.print(table)
     for line in advice_lines(summary.advice) or ["no advice: nothing in the readings crossed a threshold"]:
-        console.print(line)
+        console.print(line, markup=False, soft_wrap=True)
     if summary.trace_path:
         stderr_console().print(f"samples written to {summary.trace_path}")
