@@ -93,3 +93,18 @@ def test_job_flags_turn_the_headroom_into_a_micro_batch(run_cli: Callable[..., A
     assert result.exit_code == 0
     (advice,) = json.loads(result.stdout)["advice"]
     assert advice["action"].startswith(f"raise the micro-batch from 2 to {expected} (+")
+
+
+def test_live_view_renders_a_sample(capsys: pytest.CaptureFixture[str]) -> None:
+    from rentwise.cli.watch import _LiveView
+    from rentwise.machine.advice import advise
+    from rentwise.machine.readings import read_trace
+
+    from .conftest import context_for
+
+    facts, samples = read_trace(FIXTURES / "synthetic-memory-pinned.jsonl")
+    view = _LiveView()
+    view.update(samples, advise(samples, context_for(facts, samples)))
+    view.stop()
+    err = capsys.readouterr().err
+    assert "rentwise watch  t=2m 00s" in err and "(98%)" in err and "GPU 0 memory at 98%" in err
