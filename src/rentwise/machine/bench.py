@@ -95,6 +95,7 @@ def run_bench(
     facts = source.facts()
     gpu = _gpu_facts(facts.gpus, gpu_index, target)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    baseline = source.sample(0.0)  # before any CUDA context of ours exists
     with BackgroundSampler(source, config.sample_interval_s) as sampler:
         measurements = _measure_all(torch, config, target, on_progress)
     peer = next((link for a, b, link in facts.topology if {a, b} == {gpu_index, (gpu_index + 1)}), None)
@@ -107,6 +108,7 @@ def run_bench(
         torch_version=str(torch.__version__),
         cuda_build=str(torch.version.cuda or ""),
         peer_link=peer,
+        baseline=baseline,
     )
 
 

@@ -74,7 +74,9 @@ class NvmlSource:
     def __init__(self, nvml: Any = None) -> None:
         """`nvml` is the `pynvml` module (tests pass a stand-in with the same functions)."""
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         self._nvml = nvml
         count = nvml.nvmlDeviceGetCount()
         self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]

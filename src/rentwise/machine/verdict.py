@@ -49,6 +49,11 @@ THROTTLED_SAMPLE_FRACTION = 0.10
 LOWERED_POWER_LIMIT_FRACTION = 0.95
 # Slower than an earlier run of the same card by more than this: it is not the card, it is the neighbours.
 SLOWER_THAN_BEFORE = 0.10
+# Before the benchmark starts our process holds no CUDA context, so an idle dedicated card reads 0-1%
+# utilisation and only a few MiB used. Over 5% busy or over 1 GiB used (more than one CUDA context,
+# 0.3-1.3 GiB per shared/data README) means someone else is on the card.
+BASELINE_BUSY_PCT = 5.0
+BASELINE_USED_BYTES = 2**30
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,8 @@ class BenchResult:
     cuda_build: str = ""
     peer_link: str | None = None
     """How GPU 0 reaches GPU 1 for gpu_to_gpu ("NVLink", "same PCIe switch", ...)."""
+    baseline: Sample | None = None
+    """One reading taken before the benchmark touched the GPU (no CUDA context of ours yet)."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +224,17 @@ def _contention_reasons(result: BenchResult, earlier: BenchResult | None) -> lis
     for m in result.measurements:
         if len(m.values) > 1 and m.spread > NOISY_SPREAD:
             reasons.append(f"{m.name} varies {m.spread:.0%} between repeats (over 10%)")
+    at_start = (
+        next((r for r in result.baseline.gpus if r.index == result.gpu.index), None)
+        if result.baseline
+        else None
+    )
+    if at_start is not None and (at_start.utilization_pct or 0) > BASELINE_BUSY_PCT:
+        reasons.append(f"the GPU was {at_start.utilization_pct:.0f}% busy before the benchmark started")
+    if at_start is not None and at_start.memory_used_bytes > BASELINE_USED_BYTES:
+        reasons.append(
+            f"{format_gib(at_start.memory_used_bytes)} of GPU memory was in use before the benchmark started"
+        )
     readings = [r for s in result.samples for r in s.gpus if r.index == result.gpu.index]
     others = sorted({p.pid for r in readings for p in r.processes if p.pid not in result.own_pids})
     if others:
@@ -288,6 +306,7 @@ def load_result(path: Path) -> BenchResult:
             torch_version=raw.get("torch_version", ""),
             cuda_build=raw.get("cuda_build", ""),
             peer_link=raw.get("peer_link"),
+            baseline=sample_from_dict(raw["baseline"]) if raw.get("baseline") else None,
         )
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ConfigError(

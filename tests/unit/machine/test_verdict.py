@@ -170,3 +170,23 @@ def test_save_and_load(tmp_path: Path) -> None:
     path.write_text('{"format": "other"}')
     with pytest.raises(ConfigError, match=r"not a saved rentwise bench result"):
         load_result(path)
+
+
+def test_someone_on_the_card_before_the_benchmark() -> None:
+    busy = GpuReading(0, "GPU-x", 30 * 2**30, GPU.memory_total_bytes, utilization_pct=85.0)
+    verdict = judge(_result(baseline=Sample(0.0, (busy,))), H100)
+    assert verdict.status == "likely shared or noisy"
+    assert verdict.reasons == (
+        "the GPU was 85% busy before the benchmark started",
+        "30.00 GiB of GPU memory was in use before the benchmark started",
+    )
+    idle = GpuReading(0, "GPU-x", 4 * 2**20, GPU.memory_total_bytes, utilization_pct=0.0)
+    assert judge(_result(baseline=Sample(0.0, (idle,))), H100).status == "healthy"
+
+
+def test_save_and_load_keeps_the_baseline(tmp_path: Path) -> None:
+    idle = GpuReading(0, "GPU-x", 4 * 2**20, GPU.memory_total_bytes, utilization_pct=0.0)
+    result = _result(baseline=Sample(0.0, (idle,)))
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(result_document(result, judge(result, H100), H100.name)))
+    assert load_result(path) == result
