@@ -66,6 +66,10 @@ def command(
     """
     if interval_s <= 0:
         raise ConfigError(f"--interval must be positive, got {interval_s}", hint="e.g. --interval 2")
+    if duration_s is not None and command:
+        raise ConfigError(
+            "--duration stops a plain watch; with a command, watch ends when it does", hint="drop --duration"
+        )
     if replay_path and command:
         raise ConfigError(
             "--replay reads a finished recording; it cannot run a command", hint="drop one of them"

@@ -65,6 +65,11 @@ def test_usage_errors(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     assert result.stderr == (
         "error: --replay reads a finished recording; it cannot run a command\n  hint: drop one of them\n"
     )
+    result = run_cli("watch", "--duration", "5", "--", "sleep", "1")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "error: --duration stops a plain watch; with a command, watch ends when it does\n"
+    )
     result = run_cli("watch", "--interval", "0")
     assert result.exit_code == 2
     assert result.stderr == "error: --interval must be positive, got 0.0\n  hint: e.g. --interval 2\n"
