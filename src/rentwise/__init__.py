@@ -18,15 +18,20 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "ConfigError": "rentwise.errors",
     "GpuSpec": "rentwise.hardware.catalog",
+    "JobSpec": "rentwise.planning.job",
+    "Offer": "rentwise.planning.offers",
     "MemoryBreakdown": "rentwise.memory.breakdown",
     "MemoryJob": "rentwise.memory.job",
     "ModelShape": "rentwise.models.shape",
     "RentwiseError": "rentwise.errors",
+    "diagnose": "rentwise.planning.fix",
     "estimate_memory": "rentwise.memory.estimate",
     "find_gpu": "rentwise.hardware.catalog",
     "fit_on_gpus": "rentwise.memory.fit",
     "load_gpus": "rentwise.hardware.catalog",
+    "load_offers": "rentwise.planning.offers",
     "load_shape": "rentwise.models.catalog",
+    "plan": "rentwise.planning.planner",
     "shape_from_config": "rentwise.models.shape",
 }
 
