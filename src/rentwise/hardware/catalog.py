@@ -121,6 +121,7 @@ class GpuSpec:
 # Lookup
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_name(name: str) -> str:
     """The lookup key: lower case, no spaces/dashes/underscores, no vendor prefix ('NVIDIA GeForce ')."""
     key = re.sub(r"[\s\-_]+", "", name.lower())
@@ -141,12 +142,28 @@ def find_gpu(name: str, gpus: Sequence[GpuSpec] | None = None) -> GpuSpec:
         NotFoundError: no such GPU, with the closest names suggested.
     """
     catalog = load_gpus() if gpus is None else tuple(gpus)
-    index = _index(catalog)
+    index = _lookup_index(catalog)
     found = index.get(normalize_name(name))
     if found is not None:
         return found
     known = [gpu.name for gpu in catalog] + [alias for gpu in catalog for alias in gpu.aliases]
     raise NotFoundError(f"no GPU named '{name}' in the catalog{did_you_mean(name, known)}", hint=LIST_HINT)
+
+
+# load_gpus() hands out the same cached tuple each time, so its index is kept by identity (planners call
+# find_gpu once per offer).
+_INDEX_CACHE: dict[int, tuple[tuple[GpuSpec, ...], dict[str, GpuSpec]]] = {}
+
+
+def _lookup_index(catalog: tuple[GpuSpec, ...]) -> dict[str, GpuSpec]:
+    cached = _INDEX_CACHE.get(id(catalog))
+    if cached is not None and cached[0] is catalog:
+        return cached[1]
+    if len(_INDEX_CACHE) >= 16:
+        _INDEX_CACHE.clear()
+    index = _index(catalog)
+    _INDEX_CACHE[id(catalog)] = (catalog, index)
+    return index
 
 
 def _index(gpus: Iterable[GpuSpec]) -> dict[str, GpuSpec]:
