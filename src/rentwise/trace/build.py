@@ -9,6 +9,7 @@ inside `FakeTensorMode`, a real one in the exactness tests), tagged weights / ad
 from __future__ import annotations
 
 import types
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from torch import nn
 from rentwise.errors import ConfigError
 from rentwise.memory.job import ALL_LINEAR, MemoryJob
 from rentwise.models.shape import ModelShape
-from rentwise.trace.qlora import NF4Linear, replace_linears_with_nf4
+from rentwise.trace.qlora import NF4Weight, replace_linears_with_nf4
 from rentwise.trace.tracker import MemoryTracker
 
 # Model types transformers does not ship (remote code) are built as a Llama of the same sizes: fusing
@@ -120,10 +121,16 @@ def _apply_lora(model: nn.Module, job: MemoryJob) -> nn.Module:
     from peft import LoraConfig, get_peft_model
 
     targets: str | list[str] = "all-linear" if ALL_LINEAR in job.lora_targets else list(job.lora_targets)
-    # lora_alpha = 2r is a common recipe; it only scales values, not memory. Dropout 0: peft's default.
-    lora = LoraConfig(r=job.lora_rank, lora_alpha=2 * job.lora_rank, lora_dropout=0.0, target_modules=targets)
+    # lora_alpha = 2r is a common recipe; it only scales values, not memory.
+    lora = LoraConfig(
+        r=job.lora_rank, lora_alpha=2 * job.lora_rank, lora_dropout=job.lora_dropout, target_modules=targets
+    )
     try:
-        return get_peft_model(model, lora)
+        with warnings.catch_warnings():
+            # QLoRA on MoE: peft's all-linear rank_pattern names the 3D expert tensors, which our 4-bit
+            # emulation replaced (see qlora._quantise_experts); peft warns that the pattern matched nothing.
+            warnings.filterwarnings("ignore", "The following (rank|alpha)_pattern keys", RuntimeWarning)
+            return get_peft_model(model, lora)
     except ValueError as error:
         raise ConfigError(
             f"LoRA targets {', '.join(job.lora_targets)} do not match this model: {error}",
@@ -138,9 +145,14 @@ def _backbone_name(model: nn.Module) -> str:
     return ""
 
 
-def _expert_weight(module: nn.Module, name: str, expert: int) -> torch.Tensor:
+def _expert_linear(module: nn.Module, name: str, expert: int, x: torch.Tensor) -> torch.Tensor:
+    """x @ W[expert].T, with W a fused 3D parameter or, under QLoRA, one NF4Linear per expert."""
+    quantised = getattr(module, f"{name}_nf4", None)
+    if isinstance(quantised, nn.ModuleList):
+        out: torch.Tensor = quantised[expert](x)
+        return out
     weights: torch.Tensor = getattr(module, name)
-    return weights[expert]
+    return nn.functional.linear(x, weights[expert])
 
 
 def _balanced_experts_forward(
@@ -163,11 +175,9 @@ def _balanced_experts_forward(
         token_idx = torch.arange(count, device=hidden_states.device) % tokens
         top_k_pos = torch.zeros(count, dtype=torch.long, device=hidden_states.device)
         current = hidden_states[token_idx]
-        gate, up = nn.functional.linear(current, _expert_weight(self, "gate_up_proj", expert)).chunk(
-            2, dim=-1
-        )
+        gate, up = _expert_linear(self, "gate_up_proj", expert, current).chunk(2, dim=-1)
         current = self.act_fn(gate) * up  # type: ignore[operator]
-        current = nn.functional.linear(current, _expert_weight(self, "down_proj", expert))
+        current = _expert_linear(self, "down_proj", expert, current)
         current = current * top_k_weights[token_idx, top_k_pos, None]
         final.index_add_(0, token_idx, current.to(final.dtype))
     del expert_mask
@@ -187,7 +197,7 @@ def _balance_moe_routing(model: nn.Module) -> None:
 def _category(name: str, module: nn.Module) -> str:
     if "lora_" in name:
         return "adapter"
-    if isinstance(module, NF4Linear) and not name.endswith(("weight", "bias")):
+    if isinstance(module, NF4Weight) and not name.endswith(("weight", "bias")):
         return "quant_constants"
     return "weights"
 

@@ -30,8 +30,8 @@ NF4_CODE_ENTRIES = 16
 DYNAMIC_CODE_ENTRIES = 256  # create_dynamic_map(): 8-bit dynamic quantisation map
 
 
-class NF4Linear(nn.Linear):
-    """A frozen linear layer stored as bitsandbytes NF4 would store it (built on the meta device)."""
+class NF4Weight(nn.Module):
+    """A frozen weight stored as bitsandbytes NF4 would store it (built on the meta device), with its GEMM."""
 
     def __init__(
         self,
@@ -53,7 +53,7 @@ class NF4Linear(nn.Linear):
             torch.empty((numel + 1) // 2, 1, dtype=torch.uint8, device=meta), requires_grad=False
         )
         bias_param = nn.Parameter(torch.empty(out_features, dtype=compute_dtype, device=meta), False)
-        self.bias = bias_param if bias else None  # type: ignore[assignment]
+        self.bias = bias_param if bias else None
         self.register_buffer("code", torch.empty(NF4_CODE_ENTRIES, dtype=torch.float32, device=meta))
         if double_quant:
             self.register_buffer("absmax", torch.empty(blocks, dtype=torch.uint8, device=meta))
@@ -102,11 +102,15 @@ class NF4Linear(nn.Linear):
         return result
 
 
+class NF4Linear(NF4Weight, nn.Linear):  # type: ignore[misc]
+    """`NF4Weight` that is an nn.Linear, so peft wraps it with a LoRA layer as it wraps bnb's Linear4bit."""
+
+
 class _MatMul4Bit(torch.autograd.Function):
     """MatMul4Bit: dequantise, one GEMM, free; backward dequantises again for grad_input."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, layer: NF4Linear, bias: torch.Tensor | None) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, layer: NF4Weight, bias: torch.Tensor | None) -> torch.Tensor:
         weight = layer.dequantise()
         out = nn.functional.linear(x, weight, bias)
         del weight
@@ -118,7 +122,7 @@ class _MatMul4Bit(torch.autograd.Function):
     def backward(
         ctx: Any, grad_output: torch.Tensor
     ) -> tuple[torch.Tensor | None, None, torch.Tensor | None]:
-        layer: NF4Linear = ctx.layer
+        layer: NF4Weight = ctx.layer
         grad_bias = grad_output.sum(0, dtype=ctx.bias_dtype) if ctx.needs_input_grad[2] else None
         grad_x = None
         if ctx.needs_input_grad[0]:
@@ -131,7 +135,7 @@ class _MatMul4Bit(torch.autograd.Function):
 def replace_linears_with_nf4(
     model: nn.Module, targets: Sequence[str], compute_dtype: torch.dtype, double_quant: bool
 ) -> int:
-    """Swap every nn.Linear except the output head for an `NF4Linear`, as transformers' bnb quantizer does.
+    """Swap every nn.Linear except the output head (and MoE expert tensors) for `NF4Linear`s, as bnb does.
 
     `targets` is unused on purpose: bitsandbytes quantises all linear layers (`llm_int8_skip_modules`
     keeps only the output embedding), whatever LoRA later targets. Returns how many layers were swapped.
@@ -151,4 +155,31 @@ def replace_linears_with_nf4(
             )  # fmt: skip
             setattr(parent, name, quantised)
             swapped += 1
+    for module in list(model.modules()):
+        swapped += _quantise_experts(module, compute_dtype, double_quant, dynamic_code)
     return swapped
+
+
+def _quantise_experts(
+    module: nn.Module, compute_dtype: torch.dtype, double_quant: bool, dynamic_code: torch.Tensor
+) -> int:
+    """Store fused MoE expert tensors (experts x out x in) as one `NF4Weight` per expert and projection.
+
+    transformers < 5 held Mixtral/Qwen-MoE experts as nn.Linear modules, which bitsandbytes quantised one
+    by one; this keeps that layout's storage (per-expert blocks of 64) for the fused 3D parameters. They are
+    not nn.Linear, so LoRA does not adapt them (peft adapts the unquantised 3D tensors only).
+    """
+    count = 0
+    for name in ("gate_up_proj", "down_proj"):
+        weight = module._parameters.get(name)
+        if weight is None or weight.dim() != 3:
+            continue
+        experts, out_features, in_features = weight.shape
+        layers = nn.ModuleList(
+            NF4Weight(in_features, out_features, False, compute_dtype, double_quant, dynamic_code)
+            for _ in range(experts)
+        )
+        del module._parameters[name]
+        module.add_module(f"{name}_nf4", layers)
+        count += experts
+    return count

@@ -90,7 +90,7 @@ def _short(module: str) -> str:
     return module.removeprefix(_PEFT_PREFIX) or "(outside modules)"
 
 
-def _leaves_out(job: MemoryJob, target: TraceTarget) -> tuple[str, ...]:
+def _leaves_out(shape: ModelShape, job: MemoryJob, target: TraceTarget) -> tuple[str, ...]:
     notes = [
         "CUDA autocast is emulated by CPU autocast (same casts for matmul/linear/sdpa; the HF models upcast "
         "norms, softmax and loss explicitly)",
@@ -140,7 +140,7 @@ def run_trace(
         peak_phase=phase,
         source="trace",
         phase_peaks=peak.phase_peaks,
-        leaves_out=_leaves_out(job, target),
+        leaves_out=_leaves_out(shape, job, target),
     )
     modules = sorted(peak.by_module.items(), key=lambda item: -item[1])[:TOP_MODULES]
     timeline = None

@@ -83,3 +83,13 @@ def test_inference_reports_the_kv_cache(tiny: Callable[[str], ModelShape]) -> No
     kv_per_token = 2 * shape.num_layers * shape.kv_dim * 2  # keys + values, bf16
     assert result.peak_phase in ("prefill", "decode")
     assert result.breakdown.kv_cache_bytes >= 2 * 32 * kv_per_token
+
+
+def test_moe_qlora_quantises_the_experts(tiny: Callable[[str], ModelShape]) -> None:
+    shape = tiny("mixtral-moe")
+    job = replace(JOB, method="qlora", precision="bf16", lora_targets=("all-linear",))
+    result = trace_memory(shape, job, target=CPU_TARGET)
+    expert_params = shape.num_layers * shape.num_experts * 3 * shape.hidden_size * shape.moe_intermediate_size
+    # packed 4-bit experts (half a byte per weight) instead of 2 bytes: far below the bf16 size
+    assert result.breakdown.weights_bytes < 2 * expert_params
+    assert any("MoE" in note for note in result.breakdown.leaves_out)
