@@ -105,6 +105,10 @@ def _leaves_out(shape: ModelShape, job: MemoryJob) -> tuple[str, ...]:
         notes.append("uneven expert routing (tokens assumed spread evenly over experts)")
     if job.method == "qlora":
         notes.append("peft's prepare_model_for_kbit_training fp32 upcast of embeddings and norms")
+        if any(not lin.is_nn_linear for lin in shape.layer_linears()):
+            notes.append(
+                "4-bit MoE experts: bitsandbytes quantises nn.Linear only, so experts are counted in bf16"
+            )
     if job.tensor_parallel > 1:
         notes.append("tensor parallel is applied as a plain divisor of weights and per-head activations")
     if job.num_gpus > 1:
@@ -180,6 +184,8 @@ def _training_phases(shape: ModelShape, job: MemoryJob, params: ParameterBytes) 
                 temporaries=recompute_transient + params.reduce_buckets,
             )
         )
+    if params.tied_grad_temporary:
+        phases.append(_Phase("backward", gradients=params.gradients, temporaries=params.tied_grad_temporary))
     phases.append(
         _Phase(
             "optimizer_step",

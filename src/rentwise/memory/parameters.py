@@ -41,18 +41,27 @@ class ParameterBytes:
     dequant_temporary: int  # QLoRA: one dequantised bf16 weight at a time
     gather_buffers: int  # ZeRO-3/FSDP: unsharded layers in flight (current + prefetched)
     ddp_buckets: int  # DDP gradient buckets (a second copy of trainable grads)
+    tied_grad_temporary: int  # tied embeddings: the embedding's dense grad before it is added to lm_head's
     reduce_buckets: int  # ZeRO-2/3 gradient reduce bucket
 
 
 def linear_weight_params(shape: ModelShape) -> int:
-    """Weights of every decoder-layer linear (what bitsandbytes quantises; biases stay in bf16)."""
+    """Weights of every decoder-layer linear (the matmul weights autocast casts)."""
     return shape.num_layers * sum(
         lin.copies * lin.in_features * lin.out_features for lin in shape.layer_linears()
     )
 
 
+def quantised_weight_params(shape: ModelShape) -> int:
+    """Weights bitsandbytes 4-bit replaces: `nn.Linear` modules only (biases stay bf16). Transformers 5
+    stores MoE experts and routers as bare 3-D/2-D parameters, so they stay in bf16 under QLoRA."""
+    linears = [lin for lin in shape.layer_linears() if lin.is_nn_linear]
+    return shape.num_layers * sum(lin.copies * lin.in_features * lin.out_features for lin in linears)
+
+
 def linear_tensor_count(shape: ModelShape) -> int:
-    return shape.num_layers * sum(lin.copies for lin in shape.layer_linears())
+    """Quantised weight tensors (each carries its own NF4 code table)."""
+    return shape.num_layers * sum(lin.copies for lin in shape.layer_linears() if lin.is_nn_linear)
 
 
 def adapter_params(shape: ModelShape, job: MemoryJob) -> int:
@@ -86,8 +95,11 @@ def _adafactor_state(shape: ModelShape) -> int:
     return 4 * (shape.num_layers * (per_layer + vectors) + embed + head + shape.hidden_size)
 
 
-def _largest_layer_params(shape: ModelShape) -> int:
-    return shape.layer_params()
+def _largest_tensor(shape: ModelShape) -> int:
+    """Elements of the largest single parameter: the embedding, or a (fused) linear."""
+    largest_linear = max(lin.in_features * lin.out_features * (lin.copies if not lin.is_nn_linear else 1)
+                         for lin in shape.layer_linears())  # fmt: skip
+    return max(shape.vocab_size * shape.hidden_size, largest_linear)
 
 
 def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
@@ -103,8 +115,9 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
 
     # 1. base weights
     if job.method == "qlora":
-        weights = linear_w // 2 + (n - linear_w) * 2
-        blocks = -(-linear_w // NF4_BLOCK)
+        quantised = quantised_weight_params(shape)
+        weights = quantised // 2 + (n - quantised) * 2
+        blocks = -(-quantised // NF4_BLOCK)
         tensors = linear_tensor_count(shape)
         if job.qlora_double_quant:
             quant = blocks + 4 * -(-blocks // DQ_BLOCK) + tensors * (NF4_CODE_BYTES + DQ_CODE_BYTES)
@@ -115,13 +128,17 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
         weights, quant = n * param_bytes, 0
 
     # 2. what trains: all parameters (full) or the adapters
-    gradients = optimizer = opt_temp = ddp = reduce = 0
+    gradients = optimizer = opt_temp = ddp = reduce = tied = 0
     adapter_parts = [0, 0, 0]  # LoRA weights, grads, states: sharded like the full model's
     trainable = 0
     if job.method == "full":
         param_bytes = 4 if wide else 2
         grad_bytes = 2 if (deepspeed and autocast) else param_bytes
         gradients = n * grad_bytes
+        if shape.tie_embeddings:
+            # lm_head's gradient lands in .grad first; embedding backward then builds a second dense
+            # (vocab x hidden) gradient that AccumulateGrad adds in: both live at the end of backward
+            tied = shape.vocab_size * shape.hidden_size * grad_bytes
         if job.optimizer == "adafactor":
             optimizer = _adafactor_state(shape)
         else:
@@ -131,7 +148,9 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
         if job.optimizer == "adamw":
             opt_temp = n * param_bytes  # torch._foreach_sqrt(exp_avg_sqs): one state-sized copy
         elif job.optimizer == "adafactor":
-            opt_temp = 3 * 4 * _largest_layer_params(shape) // max(1, len(shape.layer_linears()))
+            # HF Adafactor updates one parameter at a time: `update = grad**2 + eps` and the factored
+            # estimate it multiplies are two fp32 tensors of the parameter's size, the largest one counts
+            opt_temp = 2 * 4 * _largest_tensor(shape)
         if job.num_gpus > 1 and job.sharding == "ddp":
             ddp = gradients  # Reducer buckets, gradient_as_bucket_view=False (DDP default)
         trainable = n
@@ -180,7 +199,9 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
         autocast_copies = 2 * (linear_w + lm_head)
     dequant = 0
     if job.method == "qlora":
-        dequant = 2 * max(lin.in_features * lin.out_features for lin in shape.layer_linears())
+        dequant = 2 * max(
+            lin.in_features * lin.out_features for lin in shape.layer_linears() if lin.is_nn_linear
+        )
 
     return ParameterBytes(
         weights=weights // tp,
@@ -194,4 +215,5 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
         gather_buffers=gather,
         ddp_buckets=ddp // tp,
         reduce_buckets=reduce,
+        tied_grad_temporary=tied // tp,
     )
