@@ -76,12 +76,12 @@ def make_optimizer(job: MemoryJob, params: list[torch.nn.Parameter]) -> torch.op
     return torch.optim.SGD(params, lr=lr, momentum=momentum, foreach=True)
 
 
-def _autocast(built: BuiltModel) -> contextlib.AbstractContextManager[Any]:
-    # CPU autocast stands in for CUDA autocast: both cast matmul/linear/sdpa inputs to the half dtype; the
-    # HF models upcast norms, softmax and the loss explicitly, where the two op lists differ.
+def _autocast(built: BuiltModel, device: str) -> contextlib.AbstractContextManager[Any]:
+    # On fake CPU tensors CPU autocast stands in for CUDA autocast: both cast matmul/linear/sdpa inputs to the
+    # half dtype; the HF models upcast norms, softmax and the loss explicitly, where the two op lists differ.
     if built.autocast_dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast("cpu", dtype=built.autocast_dtype)
+    return torch.autocast(torch.device(device).type, dtype=built.autocast_dtype)
 
 
 def _vocab_size(built: BuiltModel) -> int:
@@ -105,6 +105,7 @@ def run_training_step(
     attribution: ModuleAttribution,
     progress: Callable[[str], None] | None = None,
     steps: int = 2,
+    device: str = "cpu",
 ) -> None:
     """`steps` x (forward + loss, backward, optimizer step, zero_grad).
 
@@ -129,8 +130,10 @@ def run_training_step(
         label = f"step {step}/{steps} " if steps > 1 else ""
         with _phase(tracker, "forward", progress, label):
             with tracker.categorise("activations"):
-                input_ids = torch.randint(0, _vocab_size(built), (job.micro_batch, job.seq_len))
-            with _autocast(built):
+                input_ids = torch.randint(
+                    0, _vocab_size(built), (job.micro_batch, job.seq_len), device=device
+                )
+            with _autocast(built, device):
                 output = model(input_ids=input_ids, labels=input_ids, use_cache=False)
             loss = output.loss
             del output, input_ids  # the Trainer keeps only the loss; logits not saved for backward are freed
@@ -176,6 +179,7 @@ def run_inference(
     job: MemoryJob,
     tracker: MemoryTracker,
     progress: Callable[[str], None] | None = None,
+    device: str = "cpu",
 ) -> None:
     """Prefill `prompt_len` tokens, then decode `generate_len` tokens greedily with the KV cache.
 
@@ -184,10 +188,12 @@ def run_inference(
     model = built.model
     # transformers 5 renamed `past_key_values` to `cache` (the old name still works, with a warning).
     cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    with torch.no_grad(), _autocast(built):
+    with torch.no_grad(), _autocast(built, device):
         with _phase(tracker, "prefill", progress):
             with tracker.categorise("activations"):
-                input_ids = torch.randint(0, _vocab_size(built), (job.micro_batch, job.prompt_len))
+                input_ids = torch.randint(
+                    0, _vocab_size(built), (job.micro_batch, job.prompt_len), device=device
+                )
             output = model(input_ids=input_ids, use_cache=True, logits_to_keep=1)
             cache = _cache_of(output)
             _tag_kv_cache(cache, tracker)
