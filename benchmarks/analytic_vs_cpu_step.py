@@ -3,7 +3,7 @@
 For each architecture x setup it builds a tiny Hugging Face model from a config (no download), runs step 1
 (creating the optimizer state) and then measures step 2 under a storage-counting dispatch mode (every
 storage's bytes from creation to its weakref finaliser), with foreach AdamW as CUDA would pick it. The
-analytic `allocated_bytes` minus the cuBLAS workspace (which a CPU run has not) is compared with that peak.
+analytic `allocated_bytes` minus its cuBLAS workspaces (which a CPU run has not) is compared with that peak.
 Writes benchmarks/results/analytic_vs_cpu_step.{json,md}. Needs `rentwise[trace]`. About 2 minutes.
 
 Run: python benchmarks/analytic_vs_cpu_step.py [--archs llama,qwen3,...]
@@ -25,7 +25,6 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from rentwise.memory.estimate import estimate_memory
 from rentwise.memory.job import MemoryJob
-from rentwise.memory.overhead import CUBLAS_WORKSPACE_BYTES
 from rentwise.models.shape import shape_from_config
 
 ARCHS: dict[str, dict[str, Any]] = {
@@ -231,7 +230,7 @@ def main() -> None:
                 lora_targets=targets,
             )  # type: ignore[arg-type]
             estimate = estimate_memory(shape, job)
-            predicted = estimate.allocated_bytes - CUBLAS_WORKSPACE_BYTES
+            predicted = estimate.allocated_bytes - estimate.workspace_bytes
             error = 100 * (predicted - real) / real
             setup = f"{method} {precision} b{batch} s{seq} {attention}{' ckpt' if ckpt else ''}"
             print(

@@ -23,7 +23,12 @@ from rentwise.memory.activations import (
 )
 from rentwise.memory.breakdown import MemoryBreakdown, Phase
 from rentwise.memory.job import MemoryJob
-from rentwise.memory.overhead import ALLOCATOR_SLACK_FRACTION, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
+from rentwise.memory.overhead import (
+    ALLOCATOR_SLACK_FRACTION,
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    TRAINING_CUBLAS_WORKSPACES,
+)
 from rentwise.memory.parameters import ParameterBytes, parameter_bytes
 from rentwise.models.shape import ModelShape
 
@@ -68,7 +73,8 @@ def estimate_memory(shape: ModelShape, job: MemoryJob) -> MemoryBreakdown:
     peak = max(phases, key=lambda p: p.total())
     static = params.weights + params.quant_constants + params.adapter + params.ddp_buckets
     static += params.optimizer if job.is_training else 0
-    allocated = static + peak.total() + CUBLAS_WORKSPACE_BYTES
+    workspace = CUBLAS_WORKSPACE_BYTES * (TRAINING_CUBLAS_WORKSPACES if job.is_training else 1)
+    allocated = static + peak.total() + workspace
     return MemoryBreakdown(
         weights_bytes=params.weights,
         gradients_bytes=peak.gradients + params.ddp_buckets,
@@ -79,12 +85,12 @@ def estimate_memory(shape: ModelShape, job: MemoryJob) -> MemoryBreakdown:
         adapter_bytes=params.adapter,
         quant_constants_bytes=params.quant_constants,
         temporaries_bytes=peak.temporaries,
-        workspace_bytes=CUBLAS_WORKSPACE_BYTES,
+        workspace_bytes=workspace,
         allocator_slack_bytes=int(allocated * ALLOCATOR_SLACK_FRACTION),
         cuda_context_bytes=CUDA_CONTEXT_BYTES,
         peak_phase=peak.name,
         source="analytic",
-        phase_peaks=tuple((p.name, static + p.total() + CUBLAS_WORKSPACE_BYTES) for p in phases),
+        phase_peaks=tuple((p.name, static + p.total() + workspace) for p in phases),
         leaves_out=_leaves_out(shape, job) + _substitutions(asked, job),
     )
 
@@ -172,6 +178,19 @@ def _training_phases(shape: ModelShape, job: MemoryJob, params: ParameterBytes) 
         _Phase("forward", activations=activations, logits=logits_fwd, temporaries=transient),
         _Phase("backward", activations=activations, logits=logits_bwd, temporaries=transient),
     ]
+    if params.head_grad:
+        # lm_head's backward: the logits gradient in the compute dtype, lm_head's weight gradient (bf16 first,
+        # then cast to the fp32 .grad under AMP) and the hidden-state gradient, all activations still saved
+        tv = d.tokens * shape.vocab_size // d.tp
+        phases.append(
+            _Phase(
+                "backward",
+                activations=activations,
+                logits=d.compute * tv,
+                gradients=params.head_grad,
+                temporaries=transient + d.compute * d.tokens * shape.hidden_size,
+            )
+        )
     if job.grad_checkpointing:
         # the last layer to run backward is recomputed while nearly every gradient already exists
         kept = activations - (shape.num_layers - 1) * d.residual * d.tokens * shape.hidden_size

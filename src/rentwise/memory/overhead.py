@@ -19,6 +19,9 @@ CUDA_CONTEXT_BYTES = 500 * MIB
 # ":4096:2:16:8" (8.125 MiB) before it (aten/src/ATen/cuda/CublasHandlePool.cpp, getChosenWorkspaceSize).
 # We take the larger one so that a plan never under-counts.
 CUBLAS_WORKSPACE_BYTES = 32 * MIB
+# Handles are per thread (CublasHandlePool keeps thread-local handles) and autograd runs CUDA backward on its
+# own device thread, so a training step holds two workspaces: forward's and backward's.
+TRAINING_CUBLAS_WORKSPACES = 2
 
 # Caching-allocator slack: reserved minus allocated at the peak. Requests are rounded up to 512 bytes and
 # served from 2 MiB (small) or 20 MiB+ (large) segments that are split and cached

@@ -42,6 +42,7 @@ class ParameterBytes:
     gather_buffers: int  # ZeRO-3/FSDP: unsharded layers in flight (current + prefetched)
     ddp_buckets: int  # DDP gradient buckets (a second copy of trainable grads)
     tied_grad_temporary: int  # tied embeddings: the embedding's dense grad before it is added to lm_head's
+    head_grad: int  # full fine-tune: lm_head weight grad, the first backward makes (+ bf16 copy under AMP)
     reduce_buckets: int  # ZeRO-2/3 gradient reduce bucket
 
 
@@ -128,17 +129,19 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
         weights, quant = n * param_bytes, 0
 
     # 2. what trains: all parameters (full) or the adapters
-    gradients = optimizer = opt_temp = ddp = reduce = tied = 0
+    gradients = optimizer = opt_temp = ddp = reduce = tied = head = 0
     adapter_parts = [0, 0, 0]  # LoRA weights, grads, states: sharded like the full model's
     trainable = 0
     if job.method == "full":
         param_bytes = 4 if wide else 2
         grad_bytes = 2 if (deepspeed and autocast) else param_bytes
         gradients = n * grad_bytes
+        head = shape.vocab_size * shape.hidden_size * (grad_bytes + (2 if autocast else 0))
         if shape.tie_embeddings:
             # lm_head's gradient lands in .grad first; embedding backward then builds a second dense
-            # (vocab x hidden) gradient that AccumulateGrad adds in: both live at the end of backward
-            tied = shape.vocab_size * shape.hidden_size * grad_bytes
+            # (vocab x hidden) gradient and AccumulateGrad adds it out of place: two extra copies live at the
+            # end of backward (seen in real CPU steps under the storage tracker, llama-3.2-1b / qwen3-0.6b)
+            tied = 2 * shape.vocab_size * shape.hidden_size * grad_bytes
         if job.optimizer == "adafactor":
             optimizer = _adafactor_state(shape)
         else:
@@ -216,4 +219,5 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
         ddp_buckets=ddp // tp,
         reduce_buckets=reduce,
         tied_grad_temporary=tied // tp,
+        head_grad=head // tp,
     )
