@@ -9,7 +9,6 @@ import click
 from rentwise.cli.render import emit_json, json_option, stdout_console
 from rentwise.errors import NotFoundError
 from rentwise.training.checkpoints import CheckpointInfo, list_checkpoints, read_latest
-from rentwise.units import format_gib
 
 
 @click.command()
@@ -40,7 +39,7 @@ def command(directory: Path, quick: bool, as_json: bool) -> None:
             info.path.name,
             str(info.step),
             info.state,
-            format_gib(info.size_bytes, 3),
+            _format_bytes(info.size_bytes),
             (info.problem or "") + marker,
         )
     console.print(table)
@@ -54,3 +53,11 @@ def _record(info: CheckpointInfo) -> dict[str, object]:
         "size_bytes": info.size_bytes,
         "problem": info.problem,
     }
+
+
+def _format_bytes(n_bytes: int) -> str:
+    """1024-based sizes (GiB = 2**30), with the unit that keeps the number readable."""
+    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= factor:
+            return f"{n_bytes / factor:.1f} {unit}"
+    return f"{n_bytes} B"

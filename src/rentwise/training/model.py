@@ -28,22 +28,39 @@ def load_model_config(config: TrainConfig) -> Any:
     from transformers import AutoConfig
 
     path, _ = resolve_model_source(config.model)
+    file = path / "config.json" if path.is_dir() else path
     try:
-        if path.is_dir():
-            hf_config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-        else:
-            raw = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
-            model_type = raw.pop("model_type", None)
-            if model_type is None:
-                raise ConfigError(f"model config '{path}' has no 'model_type' field")
-            hf_config = AutoConfig.for_model(model_type, **raw)
-    except (OSError, ValueError, KeyError) as error:
-        raise ConfigError(f"could not read a model config from '{path}': {error}") from error
-    for key, value in config.model.overrides.items():
-        if not hasattr(hf_config, key):
-            raise ConfigError(f"model.overrides: '{key}' is not a field of {type(hf_config).__name__}")
-        setattr(hf_config, key, value)
-    return hf_config
+        raw = {k: v for k, v in json.loads(file.read_text()).items() if not k.startswith("_")}
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"could not read a model config from '{file}': {error}") from error
+    model_type = raw.pop("model_type", None)
+    if model_type is None:
+        raise ConfigError(f"model config '{file}' has no 'model_type' field")
+    unknown = sorted(set(config.model.overrides) - set(raw) - set(_config_fields(model_type)))
+    if unknown:
+        raise ConfigError(
+            f"model.overrides: {', '.join(map(repr, unknown))} not a field of a {model_type} config"
+        )
+    raw.update(config.model.overrides)
+    if "num_hidden_layers" in config.model.overrides:
+        raw.pop("layer_types", None)  # derived per layer; rebuilt from the new layer count
+    if "vocab_size" in config.model.overrides:  # a shrunk vocabulary drops special ids that fall outside it
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            if isinstance(raw.get(key), int) and raw[key] >= raw["vocab_size"]:
+                raw[key] = None
+    try:
+        return AutoConfig.for_model(model_type, **raw)
+    except (ValueError, TypeError, KeyError) as error:
+        raise ConfigError(f"model config '{file}' (with model.overrides) is not valid: {error}") from error
+
+
+def _config_fields(model_type: str) -> list[str]:
+    from transformers import AutoConfig
+
+    try:
+        return list(AutoConfig.for_model(model_type).to_dict())
+    except (ValueError, KeyError):
+        return []
 
 
 def check_qlora_supported(config: TrainConfig) -> None:

@@ -19,6 +19,7 @@ import math
 import os
 import random
 import time
+import warnings as py_warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,6 +188,9 @@ def train(
 
     # The lock, signal handlers, determinism flag and log are undone on any exit, error or not.
     with contextlib.ExitStack() as cleanup:
+        cleanup.enter_context(py_warnings.catch_warnings())
+        # peft calls a transformers property that transformers 5 marks deprecated: noise, not the user's doing
+        py_warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
         # 2. Where to start: the newest checkpoint whose manifest verifies (rank 0 decides, everyone follows).
         out = config.output_dir
         if accelerator.is_main_process:

@@ -96,7 +96,7 @@ def test_train_then_list_checkpoints_and_skip_a_corrupt_one(run_cli: RunCli, tmp
     assert report["checkpoints"][1]["problem"] == "trainable.safetensors does not match its sha256"
     table = run_cli("checkpoints", str(out)).stdout
     assert table.splitlines()[0].split() == ["checkpoint", "step", "state", "size", "note"]
-    assert table.splitlines()[1].split()[:4] == ["step-000003", "3", "valid", "0.001"]
+    assert table.splitlines()[1].split()[:5] == ["step-000003", "3", "valid", "1.1", "MiB"]
 
     resumed = run_cli("train", str(config), "--no-progress", "--set", "lr=0.002")
     assert resumed.exit_code == 0, resumed.stderr
