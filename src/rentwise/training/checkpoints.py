@@ -161,10 +161,13 @@ class CheckpointWriter:
         payload = json.dumps(manifest, indent=1, sort_keys=True).encode()
         self._guard(lambda: self._write(self.tmp_path / MANIFEST_NAME, payload))
         fsync_dir(self.tmp_path)
-        if self.final_path.exists():  # a corrupt checkpoint of the same step, set aside on resume normally
-            _set_aside(self.final_path)
+        replaced = self.final_path.with_name(self.final_path.name + ".replaced")
+        if self.final_path.exists():  # a run resumed (`--resume PATH`) from before this step redoes it
+            shutil.rmtree(replaced, ignore_errors=True)
+            os.rename(self.final_path, replaced)
         os.rename(self.tmp_path, self.final_path)
         fsync_dir(self.root)
+        shutil.rmtree(replaced, ignore_errors=True)
         write_latest(self.root, self.final_path.name)
         if keep is not None:
             prune(self.root, keep)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from types import FrameType
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -71,3 +72,38 @@ def daly_interval_s(save_s: float, mtbi_s: float) -> float:
         return mtbi_s
     ratio = save_s / (2 * mtbi_s)
     return math.sqrt(2 * save_s * mtbi_s) * (1 + math.sqrt(ratio) / 3 + save_s / (18 * mtbi_s)) - save_s
+
+
+@dataclass
+class SavePolicy:
+    """When to checkpoint by time: every `every_s` seconds, or (`mtbi_s` set) Daly's interval from the last
+    measured save time. Step-based saving (`every_steps`) is checked by the loop; it needs no clock."""
+
+    every_steps: int | None = None
+    every_s: float | None = None
+    mtbi_s: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    last_save_at: float = field(default=0.0)
+    last_save_s: float | None = None
+
+    def __post_init__(self) -> None:
+        self.last_save_at = self.clock()
+
+    def interval_s(self) -> float | None:
+        """Seconds of training between saves, or None when no time-based policy is set."""
+        if self.mtbi_s is not None and self.last_save_s is not None:
+            return daly_interval_s(max(self.last_save_s, 1e-3), self.mtbi_s)
+        return self.every_s
+
+    def due_by_time(self) -> bool:
+        if self.mtbi_s is not None and self.last_save_s is None:
+            return True  # `auto` needs one measured save before it can compute an interval
+        interval = self.interval_s()
+        return interval is not None and self.clock() - self.last_save_at >= interval
+
+    def due_by_steps(self, step: int) -> bool:
+        return self.every_steps is not None and step % self.every_steps == 0
+
+    def record_save(self, seconds: float) -> None:
+        self.last_save_s = seconds
+        self.last_save_at = self.clock()

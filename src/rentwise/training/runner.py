@@ -21,7 +21,7 @@ import random
 import time
 import warnings as py_warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,7 +51,7 @@ from rentwise.training.model import (
     prepare_model,
     trainable_state,
 )
-from rentwise.training.preemption import StopFlag, daly_interval_s
+from rentwise.training.preemption import SavePolicy, StopFlag
 
 FINAL_DIR_NAME = "final"
 METRICS_NAME = "metrics.jsonl"
@@ -100,26 +100,6 @@ class _Progress:
     grad_accum: int = 0
     world_size: int = 1
     last_loss: float | None = None
-
-
-@dataclass
-class _SavePolicy:
-    every_steps: int | None
-    every_s: float | None
-    mtbi_s: float | None
-    last_save_at: float = field(default_factory=time.monotonic)
-    last_save_s: float | None = None
-
-    def interval_s(self) -> float | None:
-        if self.mtbi_s is not None and self.last_save_s is not None:
-            return daly_interval_s(max(self.last_save_s, 1e-3), self.mtbi_s)
-        return self.every_s
-
-    def due_by_time(self) -> bool:
-        if self.mtbi_s is not None and self.last_save_s is None:
-            return True  # `auto` needs one measured save before it can compute an interval
-        interval = self.interval_s()
-        return interval is not None and time.monotonic() - self.last_save_at >= interval
 
 
 def train(
@@ -229,7 +209,7 @@ def train(
         cleanup.callback(log.close)
         if resumed_from is not None:
             log.write({"event": "resume", "step": resumed_from, "from": str(resume_dir)})
-        policy = _SavePolicy(
+        policy = SavePolicy(
             config.checkpoint.every_steps,
             config.checkpoint.every_minutes * 60 if config.checkpoint.every_minutes else None,
             config.checkpoint.auto_mtbi_minutes * 60 if config.checkpoint.auto_mtbi_minutes else None,
@@ -292,8 +272,7 @@ def train(
                     time.sleep(options.step_delay_s)
                 if eval_examples and config.eval_every_steps and state.step % config.eval_every_steps == 0:
                     run.evaluate(eval_examples, micro_batch, state.step)
-                due_steps = policy.every_steps is not None and state.step % policy.every_steps == 0
-                if stopping or due_time or due_steps or state.step == total_steps:
+                if stopping or due_time or policy.due_by_steps(state.step) or state.step == total_steps:
                     last_checkpoint = run.save(state)
                 if stopping:
                     waited = flag.seconds_since_signal() or 0.0
@@ -336,7 +315,7 @@ class _Run:
     scheduler: Any
     config: TrainConfig
     options: RunOptions
-    policy: _SavePolicy
+    policy: SavePolicy
     log: MetricsLog
     pad_id: int
 
@@ -436,8 +415,7 @@ class _Run:
                 }
             )
         accelerator.wait_for_everyone()
-        self.policy.last_save_s = time.monotonic() - started
-        self.policy.last_save_at = time.monotonic()
+        self.policy.record_save(time.monotonic() - started)
         return writer.final_path
 
     def _batch(self, examples: list[Example]) -> dict[str, torch.Tensor]:

@@ -138,3 +138,11 @@ def test_files_from_other_ranks_are_hashed_at_commit(tmp_path: Path) -> None:
     path = writer.commit()
     assert set(json.loads((path / "manifest.json").read_text())["files"]) == {"rng-rank0.pt", "rng-rank1.pt"}
     assert inspect_checkpoint(path).state == "valid"
+
+
+def test_saving_a_step_again_replaces_it(tmp_path: Path) -> None:
+    save(tmp_path, 1)
+    save(tmp_path, 2, payload=b"first")
+    save(tmp_path, 2, payload=b"second")  # after `--resume step-000001` the run passes step 2 again
+    assert (tmp_path / "step-000002" / "trainable.safetensors").read_bytes() == b"second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-000001", "step-000002"]
