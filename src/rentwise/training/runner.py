@@ -135,6 +135,12 @@ def train(
     mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[config.precision]
     accelerator = Accelerator(mixed_precision=mixed)
     rank, world = accelerator.process_index, accelerator.num_processes
+    if accelerator.distributed_type.value in ("FSDP", "DEEPSPEED"):
+        raise ConfigError(
+            f"{accelerator.distributed_type.value} is not supported by rentwise checkpoints yet (they save "
+            "full trainable tensors from rank 0, which sharded parameters are not)",
+            hint="launch with plain DDP (accelerate launch --multi_gpu), or use method lora/qlora to fit",
+        )
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched != world:
         raise ConfigError(
