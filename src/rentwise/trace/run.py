@@ -20,6 +20,7 @@ from rentwise.trace.allocator import AllocatorStats, simulate
 from rentwise.trace.build import build_model, materialise
 from rentwise.trace.kernels import target_sdpa, workspace_model
 from rentwise.trace.result import TimelineEvent, TraceResult
+from rentwise.trace.shard import fake_process_group, shard_model, traced_sharding
 from rentwise.trace.step import run_inference, run_training_step
 from rentwise.trace.target import TraceTarget
 from rentwise.trace.tracker import CATEGORY_FIELDS, MemoryTracker, ModuleAttribution
@@ -71,10 +72,16 @@ def record_step(
     attribution = ModuleAttribution(tracker)
     chosen: dict[str, int] = {}
     tensor_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
-    with tensor_mode, tracker, target_sdpa(target, chosen), _unpacked_batches():
+    sharded = traced_sharding(job)
+    group = fake_process_group(job.data_parallel) if sharded else contextlib.nullcontext()
+    with group as mesh, tensor_mode, tracker, target_sdpa(target, chosen), _unpacked_batches():
         if progress:
             progress("materialising fake weights" if fake else "materialising weights")
         materialise(built.model, tracker)
+        if mesh is not None:
+            if progress:
+                progress(f"sharding over {job.data_parallel} ranks (FSDP2)")
+            attribution.sharded_units = shard_model(built.model, mesh, built.autocast_dtype)
         attribution.attach(built.model)
         try:
             if job.is_training:
@@ -97,7 +104,12 @@ def _leaves_out(shape: ModelShape, job: MemoryJob, target: TraceTarget) -> tuple
         "kernel-internal buffers other than flash-attention backward and cuBLAS workspaces (e.g. "
         "memory-efficient attention backward, cuDNN) are not counted",
     ]
-    if job.num_gpus > 1:
+    if traced_sharding(job):
+        notes.append(
+            f"per rank of {job.data_parallel} under FSDP2 full sharding (each decoder layer a unit; ZeRO-3 "
+            "modelled the same way); collectives' internal buffers (NCCL) not counted"
+        )
+    elif job.num_gpus > 1:
         notes.append(
             f"multi-GPU not traced: this is one device holding the whole model; {job.sharding} sharding over "
             f"{job.num_gpus} GPUs is not applied in trace mode"
@@ -124,7 +136,7 @@ def run_trace(
     recorded = record_step(shape, job, target, progress=progress)
     tracker = recorded.tracker
     peak = tracker.peak()
-    events = tracker.events()
+    events = tracker.step_events()
     stats: AllocatorStats | None = None
     if target.is_cuda and target.simulate_allocator:
         if progress:

@@ -141,6 +141,11 @@ def run_training_step(
         with _phase(tracker, "backward", progress, label):
             loss.backward()
             del loss
+            # FSDP sets sharded gradients without AccumulateGrad (no hook fires): tag whatever .grad holds.
+            for param in trainable:
+                if param.grad is not None:
+                    name = names[id(param)]
+                    tracker.retag(param.grad, "adapter" if "lora_" in name else "gradients")
         with _phase(tracker, "optimizer_step", progress, label):
             optimizer.step()
             _tag_optimizer_state(optimizer, tracker, names, fused=job.optimizer == "adamw_fused")

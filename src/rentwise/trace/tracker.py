@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
 Category = Literal[
@@ -58,6 +58,17 @@ WorkspaceModel = Callable[[Any, tuple[Any, ...], dict[str, Any], str], tuple[int
 _ACTIVE: list[MemoryTracker] = []
 
 
+_ORIGINAL_RESIZE = torch.UntypedStorage.resize_
+
+
+def _resize_and_notify(storage: torch.UntypedStorage, size: int) -> Any:
+    """`UntypedStorage.resize_`, reported to the active trackers (resizes bypass the dispatcher)."""
+    result = _ORIGINAL_RESIZE(storage, size)
+    for tracker in _ACTIVE:
+        tracker.on_storage_resize(storage, size)
+    return result
+
+
 @contextmanager
 def active_categorise(category: str) -> Iterator[None]:
     """Attribute storages created in the block to `category` in the innermost active tracker, if any."""
@@ -66,6 +77,16 @@ def active_categorise(category: str) -> Iterator[None]:
         return
     with _ACTIVE[-1].categorise(category):
         yield
+
+
+def storage_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors owning storage behind `tensor`: itself, or a wrapper subclass's inner tensors (a
+    DTensor's local shard), as MemTracker flattens them."""
+    if not is_traceable_wrapper_subclass(tensor):
+        return [tensor]
+    attrs, _ = tensor.__tensor_flatten__()
+    inner = (getattr(tensor, attr) for attr in attrs)
+    return [t for value in inner if isinstance(value, torch.Tensor) for t in storage_tensors(value)]
 
 
 @dataclass
@@ -106,8 +127,10 @@ class MemoryTracker(TorchDispatchMode):
     def __init__(self, workspace_model: WorkspaceModel | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.records: list[StorageRecord] = []
-        self._event_keys: list[int] = []  # key + 1 for an allocation, -(key + 1) for a free
+        self._event_keys: list[int] = []
+        self._event_bytes: list[int] = []  # > 0 allocation, < 0 free (a resize is a free then an allocation)
         self._event_phases: list[str] = []
+        self._live_bytes: dict[int, int] = {}  # key -> current storage size
         self._live: dict[int, int] = {}  # storage _cdata -> key
         self._refs: dict[int, weakref.ref[torch.UntypedStorage]] = {}
         self._workspace_model = workspace_model
@@ -119,12 +142,16 @@ class MemoryTracker(TorchDispatchMode):
 
     def __enter__(self) -> MemoryTracker:
         _ACTIVE.append(self)
+        if len(_ACTIVE) == 1:
+            torch.UntypedStorage.resize_ = _resize_and_notify  # type: ignore[method-assign,assignment]
         super().__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)  # type: ignore[no-untyped-call]
         _ACTIVE.remove(self)
+        if not _ACTIVE:
+            torch.UntypedStorage.resize_ = _ORIGINAL_RESIZE  # type: ignore[method-assign]
 
     # --- attribution ----------------------------------------------------------------------------------
     @contextmanager
@@ -159,12 +186,13 @@ class MemoryTracker(TorchDispatchMode):
 
     def retag(self, tensor: torch.Tensor, category: str, module: str | None = None) -> None:
         """Give the storage behind `tensor` a new category (its whole life is re-attributed)."""
-        key = self._live.get(tensor.untyped_storage()._cdata)
-        if key is None:
-            return
-        self.records[key].category = category
-        if module is not None:
-            self.records[key].module = module
+        for inner in storage_tensors(tensor):
+            key = self._live.get(inner.untyped_storage()._cdata)
+            if key is None:
+                continue
+            self.records[key].category = category
+            if module is not None:
+                self.records[key].module = module
 
     # --- counting -------------------------------------------------------------------------------------
     def __torch_dispatch__(
@@ -191,7 +219,11 @@ class MemoryTracker(TorchDispatchMode):
         return out
 
     def track(self, tensor: torch.Tensor) -> None:
-        """Count `tensor`'s storage if it has not been seen yet."""
+        """Count the storage(s) behind `tensor` that have not been seen yet."""
+        for inner in storage_tensors(tensor):
+            self._track_storage(inner)
+
+    def _track_storage(self, tensor: torch.Tensor) -> None:
         if tensor.is_sparse or tensor.device.type == "meta":
             return
         storage = tensor.untyped_storage()
@@ -215,25 +247,62 @@ class MemoryTracker(TorchDispatchMode):
         attributed_category, module = self._attribution()
         key = len(self.records)
         self.records.append(StorageRecord(nbytes, category or attributed_category, self.phase, module))
-        self._event_keys.append(key + 1)
-        self._event_phases.append(self.phase)
+        self._record_event(key, nbytes)
         return key
 
-    def _free(self, key: int) -> None:
-        self._event_keys.append(-(key + 1))
+    def _record_event(self, key: int, delta: int) -> None:
+        self._event_keys.append(key)
+        self._event_bytes.append(delta)
         self._event_phases.append(self.phase)
+        self._live_bytes[key] = self._live_bytes.get(key, 0) + delta
+
+    def _free(self, key: int) -> None:
+        size = self._live_bytes.pop(key, 0)
+        if size:
+            self._record_event(key, -size)
+            self._live_bytes.pop(key, None)
+
+    def on_storage_resize(self, storage: torch.UntypedStorage, nbytes: int) -> None:
+        """A tracked storage changes size in place (FSDP frees/re-allocates unsharded parameters this way)."""
+        key = self._live.get(storage._cdata)
+        if key is None:
+            return
+        old = self._live_bytes.get(key, 0)
+        if old:
+            self._record_event(key, -old)
+        if nbytes:
+            self._record_event(key, nbytes)
+            record = self.records[key]
+            record.nbytes = max(record.nbytes, nbytes)
+            # FSDP's unsharded parameters are re-allocated this way: all-gather buffers (temporaries).
+            record.category = (
+                "temporaries" if record.category in ("activations", "weights") else record.category
+            )
 
     # --- results --------------------------------------------------------------------------------------
     def events(self) -> list[AllocEvent]:
         """Allocations and frees in order, with final categories; host-memory storages are left out."""
         out: list[AllocEvent] = []
-        for signed, phase in zip(self._event_keys, self._event_phases, strict=True):
-            key = abs(signed) - 1
-            record = self.records[key]
-            if record.category == "host":
-                continue
-            out.append(AllocEvent(key, record.nbytes if signed > 0 else -record.nbytes, phase))
+        for key, delta, phase in zip(self._event_keys, self._event_bytes, self._event_phases, strict=True):
+            if self.records[key].category != "host":
+                out.append(AllocEvent(key, delta, phase))
         return out
+
+    def step_events(self) -> list[AllocEvent]:
+        """`events()` with setup compacted: the storages alive when the step starts are allocated first (in
+        creation order), as if the model had been built directly in its final (e.g. sharded) form."""
+        events = self.events()
+        live: dict[int, AllocEvent] = {}
+        first_step = len(events)
+        for index, event in enumerate(events):
+            if event.phase != "setup":
+                first_step = index
+                break
+            if event.nbytes > 0:
+                live[event.key] = event
+            else:
+                live.pop(event.key, None)
+        return [live[key] for key in sorted(live)] + events[first_step:]
 
     def peak(self) -> PeakSnapshot:
         """Find the allocation peak (device storages only) and what was live at that instant."""
@@ -243,22 +312,21 @@ class MemoryTracker(TorchDispatchMode):
         events = self.events()
         for index, event in enumerate(events):
             live += event.nbytes
-            if event.phase != "setup":
-                phase_peaks[event.phase] = max(phase_peaks.get(event.phase, 0), live)
+            if event.phase == "setup":
+                continue  # building/sharding the model is not part of the step (real runs shard on meta)
+            phase_peaks[event.phase] = max(phase_peaks.get(event.phase, 0), live)
             if live > peak:
                 peak, peak_index = live, index
-        live_keys: set[int] = set()
+        live_bytes: dict[int, int] = {}
         for event in events[: peak_index + 1]:
-            if event.nbytes > 0:
-                live_keys.add(event.key)
-            else:
-                live_keys.discard(event.key)
+            live_bytes[event.key] = live_bytes.get(event.key, 0) + event.nbytes
         by_category: dict[str, int] = {}
         by_module: dict[str, int] = {}
-        for key in live_keys:
-            record = self.records[key]
-            by_category[record.category] = by_category.get(record.category, 0) + record.nbytes
-            by_module[record.module] = by_module.get(record.module, 0) + record.nbytes
+        for key, size in live_bytes.items():
+            if size:
+                record = self.records[key]
+                by_category[record.category] = by_category.get(record.category, 0) + size
+                by_module[record.module] = by_module.get(record.module, 0) + size
         peak_record = self.records[events[peak_index].key] if peak_index >= 0 else None
         return PeakSnapshot(
             peak_bytes=peak,
@@ -277,6 +345,8 @@ class ModuleAttribution:
 
     tracker: MemoryTracker
     names: dict[int, str] = field(default_factory=dict)
+    sharded_units: set[int] = field(default_factory=set)
+    """ids of FSDP-wrapped modules (see shard.py)."""
     _handles: list[Any] = field(default_factory=list)
 
     def attach(self, root: torch.nn.Module) -> None:
@@ -291,7 +361,14 @@ class ModuleAttribution:
         self._handles.clear()
 
     def _enter(self, module: torch.nn.Module, args: Any) -> None:
-        self.tracker.module_stack.append(self.names.get(id(module), type(module).__name__))
+        name = self.names.get(id(module), type(module).__name__)
+        self.tracker.module_stack.append(name)
+        if id(module) in self.sharded_units:
+            # FSDP's pre-forward hook (which runs first) has all-gathered this unit's parameters into
+            # unsharded storages that it frees and re-allocates every use: all-gather buffers.
+            for param in module.parameters():
+                if not is_traceable_wrapper_subclass(param):  # still-sharded DTensors of nested units
+                    self.tracker.retag(param, "temporaries", name)
 
     def _leave(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         name = self.tracker.module_stack.pop() if self.tracker.module_stack else ""
