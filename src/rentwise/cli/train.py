@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def command(
     if result.rank != 0:  # under `accelerate launch` only the first process reports
         return
     if as_json:
-        emit_json(result)
+        emit_json({k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(result).items()})
         return
     console = stdout_console()
     resumed = f" (resumed at step {result.resumed_from})" if result.resumed_from is not None else ""

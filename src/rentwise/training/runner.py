@@ -224,7 +224,7 @@ def train(
         run = _Run(accelerator, model, optimizer, scheduler, config, options, policy, log, tokenizer.pad_id)
         last_checkpoint: Path | None = resume_dir
         started = time.monotonic() - state.elapsed_s
-        order_epoch, order = -1, list[int]()
+        order_epoch, order, last_eval_step = -1, list[int](), -1
         show = options.show_progress and accelerator.is_main_process
         with ProgressView(total_steps, state.step, enabled=show) as view:
             while state.step < total_steps:
@@ -278,6 +278,7 @@ def train(
                     time.sleep(options.step_delay_s)
                 if eval_examples and config.eval_every_steps and state.step % config.eval_every_steps == 0:
                     run.evaluate(eval_examples, micro_batch, state.step)
+                    last_eval_step = state.step
                 if stopping or due_time or policy.due_by_steps(state.step) or state.step == total_steps:
                     last_checkpoint = run.save(state)
                 if stopping:
@@ -296,7 +297,7 @@ def train(
                         f"{waited:.2f} s after the signal",
                         hint="rerun the same command to resume",
                     )
-        if eval_examples:
+        if eval_examples and last_eval_step != state.step:
             run.evaluate(eval_examples, micro_batch, state.step)
         final_dir = out / FINAL_DIR_NAME
         if accelerator.is_main_process:

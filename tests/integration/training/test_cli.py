@@ -149,3 +149,18 @@ def test_final_folder_loads_with_plain_transformers_and_peft(
         model = AutoPeftModelForCausalLM.from_pretrained(final)
     logits = model(torch.tensor([[1, 2, 3]])).logits
     assert logits.shape == (1, 3, 258)
+
+
+def test_json_summary_and_eval_and_cost_in_the_log(run_cli: RunCli, tmp_path: Path) -> None:
+    config = write_tiny_run(
+        tmp_path, max_steps=4, price_per_hour=3.6, data={"eval_fraction": 0.1}, eval_every_steps=2
+    )
+    result = run_cli("train", str(config), "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["steps"] == 4 and summary["final_dir"] == str(tmp_path / "out" / "final")
+    assert summary["cost"] == pytest.approx(summary["elapsed_s"] / 3600 * 3.6)
+    events = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in events if e.get("event") == "eval"] == [2, 4]
+    steps = [e for e in events if "loss" in e]
+    assert all(e["cost"] == pytest.approx(e["elapsed_s"] / 3600 * 3.6) for e in steps)
