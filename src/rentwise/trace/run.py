@@ -94,7 +94,10 @@ def record_step(
 
 
 def _short(module: str) -> str:
-    return module.removeprefix(_PEFT_PREFIX) or "(outside modules)"
+    """Module names as in the plain HF model; the top-level CausalLM module (loss, logits upcast) named so."""
+    if module in ("", "base_model", _PEFT_PREFIX.rstrip(".")):
+        return "(top level: loss)"
+    return module.removeprefix(_PEFT_PREFIX)
 
 
 def _leaves_out(shape: ModelShape, job: MemoryJob, target: TraceTarget) -> tuple[str, ...]:
