@@ -51,6 +51,7 @@ class ProgressView:
         self._progress: Any = None
         self._task: Any = None
         self._last_refresh = 0.0
+        self._latest: dict[str, Any] = {}
         if not enabled:
             return
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -79,15 +80,17 @@ class ProgressView:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         if self._progress is not None:
+            self._refresh()  # the last step may have been throttled
             self._progress.stop()
 
     def update(self, step: int, loss: float, tokens_per_s: float) -> None:
         if self._progress is None:
             return
-        now = time.monotonic()
-        if now - self._last_refresh < 0.1:  # rich redraws at 10 Hz anyway; skip needless updates
-            return
-        self._last_refresh = now
-        self._progress.update(
-            self._task, completed=step, loss=f"{loss:.4f}", tokens_per_s=f"{tokens_per_s:,.0f}"
-        )
+        self._latest = {"completed": step, "loss": f"{loss:.4f}", "tokens_per_s": f"{tokens_per_s:,.0f}"}
+        if time.monotonic() - self._last_refresh >= 0.1:  # rich redraws at 10 Hz; skip needless updates
+            self._refresh()
+
+    def _refresh(self) -> None:
+        self._last_refresh = time.monotonic()
+        if self._latest:
+            self._progress.update(self._task, **self._latest)

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from rentwise.errors import ConfigError, PreemptedError, RentwiseError
+from rentwise.errors import ConfigError, NotFoundError, PreemptedError, RentwiseError
 from rentwise.training import checkpoints as ckpt
 from rentwise.training.config import TrainConfig, exactness_changes, resolve_model_source
 from rentwise.training.data import (
@@ -177,6 +177,11 @@ def train(
         cleanup.enter_context(py_warnings.catch_warnings())
         # peft calls a transformers property that transformers 5 marks deprecated: noise, not the user's doing
         py_warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
+        # A signal from here on stops the run at the end of its next step (during a long model load too).
+        flag = stop or StopFlag()
+        if stop is None:
+            flag.install()
+            cleanup.callback(flag.restore)
         # 2. Where to start: the newest checkpoint whose manifest verifies (rank 0 decides, everyone follows).
         out = config.output_dir
         if accelerator.is_main_process:
@@ -207,10 +212,6 @@ def train(
         resumed_from = state.step if resume_dir is not None else None
 
         # 4. The loop.
-        flag = stop or StopFlag()
-        if stop is None:
-            flag.install()
-            cleanup.callback(flag.restore)
         log = MetricsLog(out / METRICS_NAME if accelerator.is_main_process else None)
         cleanup.callback(log.close)
         if resumed_from is not None:
@@ -510,6 +511,11 @@ def _choose_resume(out: Path, resume: str, note: Any) -> Path | None:
             )
         return None
     if resume != "auto":
+        if not Path(resume).is_dir():
+            raise NotFoundError(
+                f"checkpoint folder '{resume}' does not exist",
+                hint=f"`rentwise checkpoints {out}` lists them; --resume auto picks the newest valid one",
+            )
         chosen = ckpt.inspect_checkpoint(Path(resume))
         if chosen.state != "valid":
             raise ConfigError(f"checkpoint '{resume}' is {chosen.state}: {chosen.problem}")

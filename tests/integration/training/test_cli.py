@@ -164,3 +164,20 @@ def test_json_summary_and_eval_and_cost_in_the_log(run_cli: RunCli, tmp_path: Pa
     assert [e["step"] for e in events if e.get("event") == "eval"] == [2, 4]
     steps = [e for e in events if "loss" in e]
     assert all(e["cost"] == pytest.approx(e["elapsed_s"] / 3600 * 3.6) for e in steps)
+
+
+def test_resume_from_a_given_checkpoint(run_cli: RunCli, tmp_path: Path) -> None:
+    config = write_tiny_run(tmp_path, max_steps=6)
+    assert run_cli("train", str(config), "--no-progress").exit_code == 0
+    out = tmp_path / "out"
+    before = (out / "step-000006" / "trainable.safetensors").read_bytes()
+    result = run_cli("train", str(config), "--no-progress", "--resume", str(out / "step-000003"))
+    assert result.exit_code == 0, result.stderr
+    assert "(resumed at step 3)" in result.stdout
+    assert (out / "step-000006" / "trainable.safetensors").read_bytes() == before  # the same steps, redone
+    assert sorted(p.name for p in out.glob("step-*")) == ["step-000003", "step-000006"]
+    missing = run_cli("train", str(config), "--resume", str(out / "step-000099"))
+    assert missing.exit_code == 2
+    assert missing.stderr.splitlines() == [
+        f"error: checkpoint '{out / 'step-000099'}' is partial: no manifest.json"
+    ]
