@@ -179,5 +179,6 @@ def test_resume_from_a_given_checkpoint(run_cli: RunCli, tmp_path: Path) -> None
     missing = run_cli("train", str(config), "--resume", str(out / "step-000099"))
     assert missing.exit_code == 2
     assert missing.stderr.splitlines() == [
-        f"error: checkpoint '{out / 'step-000099'}' is partial: no manifest.json"
+        f"error: checkpoint folder '{out / 'step-000099'}' does not exist",
+        f"  hint: `rentwise checkpoints {out}` lists them; --resume auto picks the newest valid one",
     ]
