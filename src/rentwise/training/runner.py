@@ -74,6 +74,8 @@ class RunOptions:
     """Test seam (RENTWISE_TEST_PAUSE_IN_SAVE): sleep after each checkpoint file so kills land mid-save."""
     step_delay_s: float = 0.0
     """Test seam (RENTWISE_TEST_STEP_DELAY): sleep after each optimizer step."""
+    write_file: ckpt.FileWriter = ckpt.write_synced
+    """Seam: how checkpoint files are written (tests inject a full disk)."""
 
 
 @dataclass(frozen=True)
@@ -388,7 +390,10 @@ class _Run:
         started = time.monotonic()
         accelerator, is_main = self.accelerator, self.accelerator.is_main_process
         writer = ckpt.CheckpointWriter(
-            self.config.output_dir, state.step, pause_s=self.options.pause_in_save_s
+            self.config.output_dir,
+            state.step,
+            pause_s=self.options.pause_in_save_s,
+            write=self.options.write_file,
         )
         if is_main:
             writer.begin()
