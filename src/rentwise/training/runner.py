@@ -193,8 +193,9 @@ def train(
         resume_dir = _broadcast(resume_dir, world)
 
         # 3. Seed, build the model (a random frozen base is written once), optimizer and schedule.
-        cleanup.callback(torch.use_deterministic_algorithms, torch.are_deterministic_algorithms_enabled())
-        torch.use_deterministic_algorithms(True, warn_only=torch.cuda.is_available())
+        if not torch.cuda.is_available():  # bit-exact resume is promised on CPU; on CUDA it would cost speed
+            cleanup.callback(torch.use_deterministic_algorithms, torch.are_deterministic_algorithms_enabled())
+            torch.use_deterministic_algorithms(True)
         set_seed(config.seed)
         if config.method.kind != "full" and resolve_model_source(config.model)[1]:
             if accelerator.is_main_process:
