@@ -16,7 +16,7 @@ TRAIN_PACKAGES = ("torch", "transformers", "peft", "accelerate", "safetensors", 
 
 @click.command(
     epilog="Exit 75: stopped by a signal with a checkpoint saved; run the same command again to resume. "
-    "Several GPUs or processes: `accelerate launch --num_processes N -m rentwise.cli.train CONFIG`."
+    "Several GPUs: `accelerate launch --multi_gpu --num_processes N -m rentwise.cli.train CONFIG`."
 )
 @click.argument("config_path", metavar="CONFIG", type=click.Path(path_type=Path))
 @click.option(
