@@ -82,6 +82,9 @@ def record_step(
             if progress:
                 progress(f"sharding over {job.data_parallel} ranks (FSDP2)")
             attribution.sharded_units = shard_model(built.model, mesh, built.autocast_dtype)
+            if job.offload == "optimizer+params":
+                for param in built.model.parameters():
+                    tracker.retag(param, "host")
         attribution.attach(built.model)
         try:
             if job.is_training:
@@ -112,6 +115,10 @@ def _leaves_out(shape: ModelShape, job: MemoryJob, target: TraceTarget) -> tuple
             f"per rank of {job.data_parallel} under FSDP2 full sharding (each decoder layer a unit; ZeRO-3 "
             "modelled the same way); collectives' internal buffers (NCCL) not counted"
         )
+        if job.offload != "none":
+            notes.append(
+                f"offload {job.offload}: offloaded shards counted as host memory; H2D copies not counted"
+            )
     elif job.num_gpus > 1:
         notes.append(
             f"multi-GPU not traced: this is one device holding the whole model; {job.sharding} sharding over "

@@ -5,6 +5,11 @@ shapes) lets FSDP2 run on fake CPU tensors exactly as it would on rank 0 of `wor
 DTensor parameters, all-gathered unsharded parameters per layer in forward and backward, reduce-scattered
 gradient shards, optimizer states on the shards. Each decoder layer is one FSDP unit, plus the root (the
 wrapping accelerate/torchtitan use). ZeRO-3 is modelled by the same run.
+
+CPU offload is modelled by attribution: the storages that live in host memory under FSDP's CPUOffloadPolicy
+(sharded parameters with "optimizer+params"; gradient shards and optimizer states with either offload) are
+tagged "host" and left out of the device figures. The per-unit host-to-device copy of a parameter shard
+before its all-gather is not counted.
 """
 
 from __future__ import annotations
@@ -22,13 +27,8 @@ from rentwise.memory.job import MemoryJob
 
 
 def traced_sharding(job: MemoryJob) -> bool:
-    """Whether trace mode runs this job sharded (FSDP/ZeRO-3 over >1 GPU, no offload or tensor parallel)."""
-    return (
-        job.data_parallel > 1
-        and job.sharding in ("fsdp", "zero3")
-        and job.offload == "none"
-        and job.tensor_parallel == 1
-    )
+    """Whether trace mode runs this job sharded (FSDP/ZeRO-3 over >1 GPU, no tensor parallelism)."""
+    return job.data_parallel > 1 and job.sharding in ("fsdp", "zero3") and job.tensor_parallel == 1
 
 
 @contextmanager

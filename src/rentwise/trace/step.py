@@ -114,6 +114,8 @@ def run_training_step(
     """
     model = built.model
     trainable = [p for p in model.parameters() if p.requires_grad]
+    # Offloaded (FSDP CPUOffloadPolicy / ZeRO-Offload): gradient shards and optimizer states live on the host.
+    offloaded = job.offload != "none" and job.data_parallel > 1 and job.sharding in ("fsdp", "zero3")
     names = {id(p): name for name, p in model.named_parameters()}
     optimizer = make_optimizer(job, trainable)
     for param in trainable:
@@ -145,19 +147,24 @@ def run_training_step(
             for param in trainable:
                 if param.grad is not None:
                     name = names[id(param)]
-                    tracker.retag(param.grad, "adapter" if "lora_" in name else "gradients")
+                    category = "adapter" if "lora_" in name else "gradients"
+                    tracker.retag(param.grad, "host" if offloaded else category)
         with _phase(tracker, "optimizer_step", progress, label):
             optimizer.step()
-            _tag_optimizer_state(optimizer, tracker, names, fused=job.optimizer == "adamw_fused")
+            _tag_optimizer_state(optimizer, tracker, names, job.optimizer == "adamw_fused", offloaded)
             optimizer.zero_grad(set_to_none=True)
 
 
 def _tag_optimizer_state(
-    optimizer: torch.optim.Optimizer, tracker: MemoryTracker, names: dict[int, str], fused: bool
+    optimizer: torch.optim.Optimizer,
+    tracker: MemoryTracker,
+    names: dict[int, str],
+    fused: bool,
+    offloaded: bool,
 ) -> None:
     for param, state in optimizer.state.items():
         name = names.get(id(param), "")
-        category = "adapter" if "lora_" in name else "optimizer"
+        category = "host" if offloaded else "adapter" if "lora_" in name else "optimizer"
         for key, value in state.items():
             if not isinstance(value, torch.Tensor):
                 continue

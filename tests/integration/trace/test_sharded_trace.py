@@ -35,3 +35,12 @@ def test_sharded_fake_trace_matches_a_real_cpu_run(tiny: Callable[[str], ModelSh
     real = record_step(shape, SHARDED, CPU_TARGET, fake=False).tracker
     fake = record_step(shape, SHARDED, CPU_TARGET, fake=True).tracker
     assert [(e.nbytes, e.phase) for e in real.events()] == [(e.nbytes, e.phase) for e in fake.events()]
+
+
+def test_cpu_offload_moves_shards_grads_and_states_to_the_host(tiny: Callable[[str], ModelShape]) -> None:
+    shape = tiny("llama-gqa")
+    sharded = trace_memory(shape, SHARDED, target=CPU_TARGET).breakdown
+    offloaded = trace_memory(shape, replace(SHARDED, offload="optimizer+params"), target=CPU_TARGET).breakdown
+    assert offloaded.optimizer_bytes == offloaded.gradients_bytes == 0
+    assert offloaded.weights_bytes < sharded.weights_bytes / 100  # only unsharded buffers stay on the device
+    assert offloaded.allocated_bytes < sharded.allocated_bytes
