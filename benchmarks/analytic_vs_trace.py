@@ -54,6 +54,18 @@ RECIPES: tuple[tuple[str, MemoryJob], ...] = (
 )  # fmt: skip
 
 
+# Multi-GPU rows: per-rank memory, traced with FSDP2 over a fake process group.
+SHARDED: tuple[tuple[str, str, MemoryJob], ...] = (
+    ("mistral-7b-v0.1", "full bf16 fsdp x8 b1 s2048 ckpt", MemoryJob(method="full", precision="bf16",
+                                                                   num_gpus=8, sharding="fsdp",
+                                                                   grad_checkpointing=True)),
+    ("mistral-7b-v0.1", "lora bf16 fsdp x4 b2 s2048", MemoryJob(method="lora", precision="bf16",
+                                                              micro_batch=2, num_gpus=4, sharding="fsdp")),
+    ("llama-3.2-1b", "full amp_bf16 zero3 x2 b1 s1024", MemoryJob(method="full", num_gpus=2, sharding="zero3",
+                                                                seq_len=1024)),
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Comparison:
     model: str
@@ -159,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+    for model, recipe, job in SHARDED:
+        if args.quick or (args.only and args.only not in f"{model} {recipe}"):
+            continue
+        row = compare(model, recipe, job, target)
+        rows.append(row)
+        print(f"{model:18s} {recipe:40s} {row.relative_error:+6.1%}", file=sys.stderr, flush=True)
     text = render(rows)
     print(text)
     if not args.no_write and not args.only and not args.quick:
