@@ -164,7 +164,10 @@ def run_trace(
         phase_peaks=peak.phase_peaks,
         leaves_out=_leaves_out(shape, job, target),
     )
-    modules = sorted(peak.by_module.items(), key=lambda item: -item[1])[:TOP_MODULES]
+    by_label: dict[str, int] = {}
+    for name, size in peak.by_module.items():
+        by_label[_short(name)] = by_label.get(_short(name), 0) + size
+    modules = sorted(by_label.items(), key=lambda item: -item[1])[:TOP_MODULES]
     timeline = None
     if keep_timeline:
         timeline = tuple(
@@ -177,7 +180,7 @@ def run_trace(
         breakdown=breakdown,
         peak_phase=phase,
         peak_module=_short(peak.peak_module),
-        top_modules=tuple((_short(name), size) for name, size in modules),
+        top_modules=tuple(modules),
         attention_kernels=tuple(sorted(recorded.attention_kernels.items())),
         allocator_max_allocated_bytes=stats.max_allocated_bytes if stats else None,
         allocator_max_reserved_bytes=stats.max_reserved_bytes if stats else None,
