@@ -127,8 +127,8 @@ def _apply_lora(model: nn.Module, job: MemoryJob) -> nn.Module:
     )
     try:
         with warnings.catch_warnings():
-            # QLoRA on MoE: peft's all-linear rank_pattern names the 3D expert tensors, which our 4-bit
-            # emulation replaced (see qlora._quantise_experts); peft warns that the pattern matched nothing.
+            # peft 0.21 maps all-linear on Mixtral/Qwen3-MoE onto the 3-D expert tensors and then warns that
+            # its own rank/alpha pattern for `gate_up_proj` matched no module; the warning is peft's noise.
             warnings.filterwarnings("ignore", "The following (rank|alpha)_pattern keys", RuntimeWarning)
             return get_peft_model(model, lora)
     except ValueError as error:
@@ -146,11 +146,7 @@ def _backbone_name(model: nn.Module) -> str:
 
 
 def _expert_linear(module: nn.Module, name: str, expert: int, x: torch.Tensor) -> torch.Tensor:
-    """x @ W[expert].T, with W a fused 3D parameter or, under QLoRA, one NF4Linear per expert."""
-    quantised = getattr(module, f"{name}_nf4", None)
-    if isinstance(quantised, nn.ModuleList):
-        out: torch.Tensor = quantised[expert](x)
-        return out
+    """x @ W[expert].T with W a fused 3-D expert parameter."""
     weights: torch.Tensor = getattr(module, name)
     return nn.functional.linear(x, weights[expert])
 

@@ -12,6 +12,9 @@ bitsandbytes/autograd/_functions.py `MatMul4Bit` / `matmul_4bit`:
 - forward/backward: `dequantize_4bit` materialises fp32 absmax (double quant) and the full weight in the
   compute dtype, used by one GEMM and freed; `MatMul4Bit` saves only the packed weight for backward;
 - single-token inference uses `gemv_4bit`, which never materialises the weight.
+
+Only nn.Linear modules are quantised (transformers' `replace_with_bnb_linear`): MoE expert tensors stay in
+the compute dtype.
 """
 
 from __future__ import annotations
@@ -135,10 +138,12 @@ class _MatMul4Bit(torch.autograd.Function):
 def replace_linears_with_nf4(
     model: nn.Module, targets: Sequence[str], compute_dtype: torch.dtype, double_quant: bool
 ) -> int:
-    """Swap every nn.Linear except the output head (and MoE expert tensors) for `NF4Linear`s, as bnb does.
+    """Swap every nn.Linear except the output head for an `NF4Linear`, as transformers' bnb quantizer does.
 
     `targets` is unused on purpose: bitsandbytes quantises all linear layers (`llm_int8_skip_modules`
-    keeps only the output embedding), whatever LoRA later targets. Returns how many layers were swapped.
+    keeps only the output embedding), whatever LoRA later targets. transformers' `replace_with_bnb_linear`
+    swaps only `type(module) is nn.Linear`, so MoE experts (3-D parameters in transformers 5) and routers
+    stay in the compute dtype, as they do here. Returns how many layers were swapped.
     """
     del targets
     get_output = getattr(model, "get_output_embeddings", None)
@@ -155,31 +160,4 @@ def replace_linears_with_nf4(
             )  # fmt: skip
             setattr(parent, name, quantised)
             swapped += 1
-    for module in list(model.modules()):
-        swapped += _quantise_experts(module, compute_dtype, double_quant, dynamic_code)
     return swapped
-
-
-def _quantise_experts(
-    module: nn.Module, compute_dtype: torch.dtype, double_quant: bool, dynamic_code: torch.Tensor
-) -> int:
-    """Store fused MoE expert tensors (experts x out x in) as one `NF4Weight` per expert and projection.
-
-    transformers < 5 held Mixtral/Qwen-MoE experts as nn.Linear modules, which bitsandbytes quantised one
-    by one; this keeps that layout's storage (per-expert blocks of 64) for the fused 3D parameters. They are
-    not nn.Linear, so LoRA does not adapt them (peft adapts the unquantised 3D tensors only).
-    """
-    count = 0
-    for name in ("gate_up_proj", "down_proj"):
-        weight = module._parameters.get(name)
-        if weight is None or weight.dim() != 3:
-            continue
-        experts, out_features, in_features = weight.shape
-        layers = nn.ModuleList(
-            NF4Weight(in_features, out_features, False, compute_dtype, double_quant, dynamic_code)
-            for _ in range(experts)
-        )
-        del module._parameters[name]
-        module.add_module(f"{name}_nf4", layers)
-        count += experts
-    return count
