@@ -1,13 +1,15 @@
 """No lost work, bit for bit: runs killed with SIGKILL at random moments (many mid-save) or stopped with
 SIGTERM, then restarted until done, end with the same weights and optimizer state as an uninterrupted run.
 
-Kill moments are reproducible: a seeded RNG picks, per kill, whether to wait for a checkpoint write to begin
-(the runner's RENTWISE_TEST_PAUSE_IN_SAVE seam sleeps after each file, so the kill lands between files) or for
-a new training step, and then how long to wait before killing.
+Kill moments are reproducible: a seeded RNG picks, per kill, whether to wait for the attempt's 1st-3rd
+checkpoint write to begin (the runner's RENTWISE_TEST_PAUSE_IN_SAVE seam sleeps after each file, so the kill
+lands between files) or for its 1st-5th training step, and then how long to wait before killing. Waiting for
+progress within each attempt makes the restarts resume from many different checkpoints.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -56,13 +58,24 @@ def _wait_until(
     raise AssertionError("timed out waiting for the training process")
 
 
-def _metric_lines(out: Path) -> int:
+def _logged(out: Path, marker: bytes) -> int:
+    """Metrics lines (all attempts) holding `marker`: b'"loss"' for steps, b'"checkpoint"' for saves."""
     path = out / "metrics.jsonl"
-    return path.read_bytes().count(b"\n") if path.exists() else 0
+    return path.read_bytes().count(marker) if path.exists() else 0
 
 
-def _saving(out: Path) -> bool:
-    return out.is_dir() and any(p.name.endswith(".tmp") for p in out.iterdir())
+def _saving(out: Path, since: float = 0.0) -> bool:
+    """A checkpoint write is in progress: a `.tmp` folder changed after `since` (a stale one from an earlier
+    killed attempt does not count; the restarted run removes it when it resumes)."""
+    if not out.is_dir():
+        return False
+    for path in out.iterdir():
+        try:
+            if path.name.endswith(".tmp") and path.stat().st_mtime >= since:
+                return True
+        except FileNotFoundError:  # renamed or removed while we looked
+            continue
+    return False
 
 
 def _pair(root: Path, method: str) -> tuple[Path, Path]:
@@ -80,24 +93,35 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path, method: str, se
     rng = random.Random(seed)
     kills = mid_save = 0
     while kills < 10:
+        started = time.time()
+        steps, saves = _logged(out, b'"loss"'), _logged(out, b'"checkpoint"')
         process = _start(trial, log)
-        if rng.random() < 0.5:
-            alive = _wait_until(lambda: _saving(out), process)
-            delay = rng.uniform(0.0, 0.1)
-        else:
-            lines = _metric_lines(out)
-            alive = _wait_until(lambda lines=lines: _metric_lines(out) > lines, process)  # type: ignore[misc]
-            delay = rng.uniform(0.0, 0.3)
+        if rng.random() < 0.5:  # during the write of this attempt's 1st, 2nd or 3rd checkpoint
+            after = rng.randint(0, 2)
+
+            def writing(after: int = after, saves: int = saves, started: float = started) -> bool:
+                return _logged(out, b'"checkpoint"') >= saves + after and _saving(out, since=started)
+
+            alive = _wait_until(writing, process)
+        else:  # a little after this attempt's 1st to 5th training step
+            target = steps + rng.randint(1, 5)
+            alive = _wait_until(lambda target=target: _logged(out, b'"loss"') >= target, process)  # type: ignore[misc]
+        delay = rng.uniform(0.0, 0.1)
         time.sleep(delay)
         if not alive or process.poll() is not None:
             pytest.fail(f"run finished after {kills} kills; make the trial longer")
-        in_save = _saving(out)
+        in_save = _saving(out, since=started)
         process.send_signal(signal.SIGKILL)
         process.wait()
         kills += 1
         mid_save += in_save
     assert mid_save >= 2, f"only {mid_save} of {kills} kills landed during a checkpoint write"
     run_to_completion(trial)
+    events = [
+        json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.endswith("}")
+    ]
+    resumed_at = {e["step"] for e in events if e.get("event") == "resume"}
+    assert len(resumed_at) >= 3, f"the restarts resumed only from steps {sorted(resumed_at)}"
     assert_states_equal(final_state(reference.parent / "out"), final_state(out))
 
 
@@ -113,11 +137,11 @@ def test_sigterm_saves_exits_75_and_resumes_exactly(tmp_path: Path, method: str)
             stderr=subprocess.PIPE,
             env=subprocess_env(**SEAM_ENV),
         )
-        lines = _metric_lines(out)
-        assert _wait_until(lambda lines=lines: _metric_lines(out) > lines + 3, process)  # type: ignore[misc]
+        steps = _logged(out, b'"loss"')
+        assert _wait_until(lambda steps=steps: _logged(out, b'"loss"') > steps + 3, process)  # type: ignore[misc]
         process.send_signal(signal.SIGTERM)
         if second_signal:  # a second SIGTERM while the checkpoint is being written changes nothing
-            assert _wait_until(lambda: _saving(out), process)
+            assert _wait_until(lambda: _saving(out, since=time.time() - 1), process)
             process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == 75, stderr
