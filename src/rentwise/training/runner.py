@@ -13,11 +13,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
-import io
-import json
 import math
 import os
-import random
 import time
 import warnings as py_warnings
 from collections.abc import Iterator
@@ -25,12 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
-from rentwise.errors import ConfigError, NotFoundError, PreemptedError, RentwiseError
+from rentwise.errors import ConfigError, PreemptedError, RentwiseError
 from rentwise.training import checkpoints as ckpt
-from rentwise.training.config import TrainConfig, exactness_changes, resolve_model_source
+from rentwise.training.config import TrainConfig, resolve_model_source
 from rentwise.training.data import (
     Example,
     Sampler,
@@ -47,11 +43,10 @@ from rentwise.training.model import (
     ensure_random_base,
     export_final,
     load_model_config,
-    load_trainable_state,
     prepare_model,
-    trainable_state,
 )
 from rentwise.training.preemption import SavePolicy, StopFlag
+from rentwise.training.state import RunProgress, add_run_state, choose_resume, restore_run_state
 
 FINAL_DIR_NAME = "final"
 METRICS_NAME = "metrics.jsonl"
@@ -89,19 +84,6 @@ class RunResult:
     elapsed_s: float
     cost: float | None
     warnings: tuple[str, ...] = ()
-
-
-@dataclass
-class _Progress:
-    """What a checkpoint records about where the run is (besides weights and optimizer)."""
-
-    step: int = 0
-    tokens_seen: int = 0
-    elapsed_s: float = 0.0
-    micro_batch: int = 0
-    grad_accum: int = 0
-    world_size: int = 1
-    last_loss: float | None = None
 
 
 def train(
@@ -189,7 +171,7 @@ def train(
         if accelerator.is_main_process:
             out.mkdir(parents=True, exist_ok=True)
             cleanup.enter_context(_locked_output_dir(out))
-        resume_dir = _choose_resume(out, options.resume, note) if accelerator.is_main_process else None
+        resume_dir = choose_resume(out, options.resume, note) if accelerator.is_main_process else None
         resume_dir = _broadcast(resume_dir, world)
 
         # 3. Seed, build the model (a random frozen base is written once), optimizer and schedule.
@@ -208,9 +190,9 @@ def train(
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config, total_steps))
         # the scheduler is not prepared: accelerate would step it once per process; we step it once per step
         model, optimizer = accelerator.prepare(model, optimizer)
-        state = _Progress(micro_batch=micro_batch, grad_accum=accum, world_size=world)
+        state = RunProgress(micro_batch=micro_batch, grad_accum=accum, world_size=world)
         if resume_dir is not None:
-            state = _restore(resume_dir, accelerator, model, optimizer, scheduler, config, note)
+            state = restore_run_state(resume_dir, accelerator, model, optimizer, scheduler, config, note)
             micro_batch, accum = state.micro_batch, state.grad_accum  # keeps an OOM-guard reduction
         resumed_from = state.step if resume_dir is not None else None
 
@@ -386,7 +368,7 @@ class _Run:
         self.log.write({"event": "eval", "step": step, "eval_loss": eval_loss})
         return eval_loss
 
-    def save(self, state: _Progress) -> Path:
+    def save(self, state: RunProgress) -> Path:
         """Write one checkpoint: every rank adds its RNG state; rank 0 writes the rest and commits."""
         started = time.monotonic()
         accelerator, is_main = self.accelerator, self.accelerator.is_main_process
@@ -401,18 +383,7 @@ class _Run:
         accelerator.wait_for_everyone()
         if not is_main:
             writer.join()
-        writer.add(f"rng-rank{accelerator.process_index}.pt", _to_bytes(_rng_state()))
-        if is_main:
-            from safetensors.torch import save as save_safetensors
-
-            weights = trainable_state(accelerator.unwrap_model(self.model))
-            writer.add("trainable.safetensors", save_safetensors(weights))
-            writer.add("optimizer.pt", _to_bytes(self.optimizer.state_dict()))
-            writer.add("scheduler.pt", _to_bytes(self.scheduler.state_dict()))
-            if accelerator.scaler is not None:
-                writer.add("scaler.pt", _to_bytes(accelerator.scaler.state_dict()))
-            writer.add("progress.json", json.dumps(state.__dict__, indent=1).encode())
-            writer.add("config.json", json.dumps(self.config.model_dump(mode="json"), indent=1).encode())
+        add_run_state(writer, accelerator, self.model, self.optimizer, self.scheduler, self.config, state)
         accelerator.wait_for_everyone()
         if is_main:
             writer.commit(keep=self.config.checkpoint.keep)
@@ -478,61 +449,6 @@ def _lr_lambda(config: TrainConfig, total_steps: int) -> Any:
     return factor
 
 
-def _restore(
-    folder: Path, accelerator: Any, model: Any, optimizer: Any, scheduler: Any, config: TrainConfig, note: Any
-) -> _Progress:
-    """Load everything a checkpoint holds back into the run; the RNG last, so nothing after it draws."""
-    from safetensors.torch import load_file
-
-    saved_config = json.loads((folder / "config.json").read_text())
-    changes = exactness_changes(saved_config, config)
-    if changes:
-        note(f"config changed since {folder.name}; the resumed run will not match an uninterrupted one: "
-             + "; ".join(changes))  # fmt: skip
-    progress = _Progress(**json.loads((folder / "progress.json").read_text()))
-    if progress.world_size != accelerator.num_processes:
-        raise ConfigError(
-            f"checkpoint {folder.name} was written by {progress.world_size} processes, this run has "
-            f"{accelerator.num_processes}",
-            hint="resume with the same number of processes, or start over with --resume never",
-        )
-    load_trainable_state(accelerator.unwrap_model(model), load_file(folder / "trainable.safetensors"))
-    optimizer.load_state_dict(_from_bytes(folder / "optimizer.pt"))
-    scheduler.load_state_dict(_from_bytes(folder / "scheduler.pt"))
-    if accelerator.scaler is not None and (folder / "scaler.pt").exists():
-        accelerator.scaler.load_state_dict(_from_bytes(folder / "scaler.pt"))
-    rng_file = folder / f"rng-rank{accelerator.process_index}.pt"
-    _set_rng_state(_from_bytes(rng_file))
-    return progress
-
-
-def _choose_resume(out: Path, resume: str, note: Any) -> Path | None:
-    """Pick the checkpoint to resume from per `--resume`; report and set aside partial or corrupt ones."""
-    if resume == "never":
-        existing = [i for i in ckpt.list_checkpoints(out, check_hashes=False) if i.state == "valid"]
-        if existing:
-            raise ConfigError(
-                f"output folder '{out}' already has checkpoints (newest {existing[-1].path.name})",
-                hint="use --resume auto to continue, or choose another output_dir",
-            )
-        return None
-    if resume != "auto":
-        if not Path(resume).is_dir():
-            raise NotFoundError(
-                f"checkpoint folder '{resume}' does not exist",
-                hint=f"`rentwise checkpoints {out}` lists them; --resume auto picks the newest valid one",
-            )
-        chosen = ckpt.inspect_checkpoint(Path(resume))
-        if chosen.state != "valid":
-            raise ConfigError(f"checkpoint '{resume}' is {chosen.state}: {chosen.problem}")
-        return chosen.path
-    found, skipped = ckpt.find_resume_checkpoint(out)
-    for info in skipped:
-        note(f"skipping {info.state} checkpoint {info.path.name}: {info.problem}")
-    ckpt.set_aside_skipped(skipped)
-    return found.path if found else None
-
-
 @contextlib.contextmanager
 def _locked_output_dir(out: Path) -> Iterator[None]:
     """Hold an exclusive lock on the output folder (the OS releases it even on SIGKILL)."""
@@ -556,48 +472,3 @@ def _tokenizer_folder(config: TrainConfig, model_path: Path) -> Path | None:
         return None
     folder = Path(config.tokenizer) if config.tokenizer else model_path
     return folder if folder.is_dir() else None
-
-
-def _rng_state() -> dict[str, Any]:
-    py_version, py_state, py_gauss = random.getstate()
-    np_state: tuple[Any, ...] = np.random.get_state(legacy=True)  # type: ignore[assignment]
-    return {
-        "python": [py_version, list(py_state), py_gauss],
-        "numpy": [
-            np_state[0],
-            torch.from_numpy(np_state[1].astype(np.int64)),
-            np_state[2],
-            np_state[3],
-            np_state[4],
-        ],
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def _set_rng_state(saved: dict[str, Any]) -> None:
-    version, py_state, gauss = saved["python"]
-    random.setstate((version, tuple(py_state), gauss))
-    name, keys, *rest = saved["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
-    torch.set_rng_state(saved["torch"])
-    if saved["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(saved["cuda"])
-
-
-def _to_bytes(value: Any) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(value, buffer)
-    return buffer.getvalue()
-
-
-def _from_bytes(path: Path) -> Any:
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def iter_metrics(path: Path) -> Iterator[dict[str, Any]]:
-    """Read a metrics log (skipping a last line cut off by a kill)."""
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            with contextlib.suppress(ValueError):
-                yield json.loads(line)
