@@ -4,11 +4,13 @@ Sources (every row below is copied from one of them):
 - llm-foundry, scripts/train/benchmarking/README.md (mosaicml/llm-foundry): MPT models, 8 GPUs, FSDP
   FULL_SHARD, amp_bf16, tokens/s/GPU. NumParams, seq len, global batch and checkpointing are the table's.
   MPT d_model / n_layers by size are the llm-foundry yamls' (1b 2048/24, 3b 2560/32, 7b 4096/32,
-  13b 5120/40, 30b 7168/48).
+  13b 5120/40, 30b 7168/48). GradAccum (micro-batches per step) is the table's too: FSDP FULL_SHARD gathers
+  the parameters and reduce-scatters the gradients in every micro-batch, so it multiplies the traffic.
 - Qwen (QwenLM/Qwen README, "Profiling of Memory and Speed"): one A100-SXM4-80G, batch 1 × accumulation 8,
   flash attention 2, gradient checkpointing on (finetune/finetune_lora_single_gpu.sh passes
   --gradient_checkpointing); s/it converted to tokens/s = 8 × seq / s_per_it. Model sizes from the
-  Qwen-1.8B/7B/14B config.json files (hidden, layers, heads, MLP width per projection, vocab).
+  Qwen-1.8B/7B/14B config.json files (hidden, layers, heads, MLP width per projection, vocab; untied
+  output head, so it is already among the parameters).
 
 MFU assumptions are the planner's defaults (planning/time.py): utilisation of dense bf16 peak on hardware
 FLOPs = 0.40 on Hopper, 0.51 on Ampere, × 0.74 for QLoRA. Caveat: the Hopper/Ampere figures come from the
@@ -57,6 +59,8 @@ class Published:
     seq: int
     global_batch: int
     """Sequences per optimizer step."""
+    grad_accum: int
+    """Micro-batches per optimizer step (llm-foundry's GradAccum column; Qwen's accumulation 8)."""
     recompute: bool
     tokens_per_s_per_gpu: float
     num_params: int = 0
@@ -66,24 +70,24 @@ class Published:
 LLM_FOUNDRY = "llm-foundry benchmarking README"
 QWEN_README = "QwenLM/Qwen README profiling table"
 ROWS = (
-    Published(LLM_FOUNDRY, "mpt-1b", "H100 SXM5", 8, "full", 2048, 112, False, 45455, 1315950592),
-    Published(LLM_FOUNDRY, "mpt-3b", "H100 SXM5", 8, "full", 4096, 240, False, 20964, 2657080320),
-    Published(LLM_FOUNDRY, "mpt-7b", "H100 SXM5", 8, "full", 2048, 48, False, 10643, 6658859008),
-    Published(LLM_FOUNDRY, "mpt-7b", "H100 SXM5", 8, "full", 4096, 256, True, 8611, 6667247616),
-    Published(LLM_FOUNDRY, "mpt-13b", "H100 SXM5", 8, "full", 2048, 16, False, 4792, 12853954560),
-    Published(LLM_FOUNDRY, "mpt-30b", "H100 SXM5", 8, "full", 2048, 504, True, 2002, 29975214080),
-    Published(LLM_FOUNDRY, "mpt-1b", "A100 80GB SXM4", 8, "full", 2048, 448, False, 20513, 1315950592),
-    Published(LLM_FOUNDRY, "mpt-3b", "A100 80GB SXM4", 8, "full", 2048, 160, False, 10811, 2651837440),
-    Published(LLM_FOUNDRY, "mpt-7b", "A100 80GB SXM4", 8, "full", 2048, 96, False, 4641, 6658859008),
-    Published(LLM_FOUNDRY, "mpt-7b", "A100 80GB SXM4", 8, "full", 4096, 256, True, 3684, 6667247616),
-    Published(LLM_FOUNDRY, "mpt-13b", "A100 80GB SXM4", 8, "full", 2048, 48, False, 2262, 12853954560),
-    Published(LLM_FOUNDRY, "mpt-30b", "A100 80GB SXM4", 8, "full", 2048, 504, True, 916, 29975214080),
-    Published(QWEN_README, "qwen-1.8b", "A100 80GB SXM4", 1, "lora", 2048, 8, True, 8 * 2048 / 1.7),
-    Published(QWEN_README, "qwen-7b", "A100 80GB SXM4", 1, "lora", 2048, 8, True, 8 * 2048 / 5.2),
-    Published(QWEN_README, "qwen-7b", "A100 80GB SXM4", 1, "lora", 4096, 8, True, 8 * 4096 / 10.1),
-    Published(QWEN_README, "qwen-14b", "A100 80GB SXM4", 1, "lora", 2048, 8, True, 8 * 2048 / 8.4),
-    Published(QWEN_README, "qwen-7b", "A100 80GB SXM4", 1, "qlora", 2048, 8, True, 8 * 2048 / 7.0),
-    Published(QWEN_README, "qwen-14b", "A100 80GB SXM4", 1, "qlora", 2048, 8, True, 8 * 2048 / 11.8),
+    Published(LLM_FOUNDRY, "mpt-1b", "H100 SXM5", 8, "full", 2048, 112, 1, False, 45455, 1315950592),
+    Published(LLM_FOUNDRY, "mpt-3b", "H100 SXM5", 8, "full", 4096, 240, 6, False, 20964, 2657080320),
+    Published(LLM_FOUNDRY, "mpt-7b", "H100 SXM5", 8, "full", 2048, 48, 1, False, 10643, 6658859008),
+    Published(LLM_FOUNDRY, "mpt-7b", "H100 SXM5", 8, "full", 4096, 256, 2, True, 8611, 6667247616),
+    Published(LLM_FOUNDRY, "mpt-13b", "H100 SXM5", 8, "full", 2048, 16, 1, False, 4792, 12853954560),
+    Published(LLM_FOUNDRY, "mpt-30b", "H100 SXM5", 8, "full", 2048, 504, 21, True, 2002, 29975214080),
+    Published(LLM_FOUNDRY, "mpt-1b", "A100 80GB SXM4", 8, "full", 2048, 448, 4, False, 20513, 1315950592),
+    Published(LLM_FOUNDRY, "mpt-3b", "A100 80GB SXM4", 8, "full", 2048, 160, 2, False, 10811, 2651837440),
+    Published(LLM_FOUNDRY, "mpt-7b", "A100 80GB SXM4", 8, "full", 2048, 96, 2, False, 4641, 6658859008),
+    Published(LLM_FOUNDRY, "mpt-7b", "A100 80GB SXM4", 8, "full", 4096, 256, 2, True, 3684, 6667247616),
+    Published(LLM_FOUNDRY, "mpt-13b", "A100 80GB SXM4", 8, "full", 2048, 48, 3, False, 2262, 12853954560),
+    Published(LLM_FOUNDRY, "mpt-30b", "A100 80GB SXM4", 8, "full", 2048, 504, 21, True, 916, 29975214080),
+    Published(QWEN_README, "qwen-1.8b", "A100 80GB SXM4", 1, "lora", 2048, 8, 8, True, 8 * 2048 / 1.7),
+    Published(QWEN_README, "qwen-7b", "A100 80GB SXM4", 1, "lora", 2048, 8, 8, True, 8 * 2048 / 5.2),
+    Published(QWEN_README, "qwen-7b", "A100 80GB SXM4", 1, "lora", 4096, 8, 8, True, 8 * 4096 / 10.1),
+    Published(QWEN_README, "qwen-14b", "A100 80GB SXM4", 1, "lora", 2048, 8, 8, True, 8 * 2048 / 8.4),
+    Published(QWEN_README, "qwen-7b", "A100 80GB SXM4", 1, "qlora", 2048, 8, 8, True, 8 * 2048 / 7.0),
+    Published(QWEN_README, "qwen-14b", "A100 80GB SXM4", 1, "qlora", 2048, 8, 8, True, 8 * 2048 / 11.8),
 )
 
 
@@ -96,7 +100,7 @@ def sizes(row: Published) -> tuple[int, int, int, int]:
     shape = ModelShape(name=row.model, model_type="llama", hidden_size=hidden, num_layers=layers,
                        num_heads=heads, num_kv_heads=heads, head_dim=hidden // heads, intermediate_size=mlp,
                        vocab_size=vocab, qkv_bias=True)  # fmt: skip
-    params = matmul_params(shape.num_active_params, shape.embedding_params, vocab, hidden)
+    params = matmul_params(shape)
     return params, shape.num_params, layers, hidden
 
 
@@ -111,8 +115,10 @@ def predict(row: Published) -> tuple[float, float, float]:
     tokens = row.global_batch * row.seq
     compute = compute_seconds(tokens, flops, row.gpus, peak, utilisation)
     trainable = total if row.method == "full" else 0  # LoRA adapters: negligible traffic, single GPU here
-    comm = seconds_for(data_parallel_bytes_per_step(trainable, total, row.gpus, "fsdp", 4, 2),
-                       link_gbps(gpu, "nvlink"))  # fmt: skip
+    comm_bytes = data_parallel_bytes_per_step(
+        trainable, total, row.gpus, "fsdp", 4, 2, grad_accum=row.grad_accum
+    )
+    comm = seconds_for(comm_bytes, link_gbps(gpu, "nvlink"))
     predicted = tokens / (compute + comm) / row.gpus
     implied = row.tokens_per_s_per_gpu * flops / (peak * 1e12)
     return predicted, tokens / compute / row.gpus, implied

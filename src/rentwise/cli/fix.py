@@ -26,7 +26,13 @@ def resolve_card(text: str) -> GpuSpec:
         if stripped and (stripped[0].isdigit() or stripped[0] == "."):
             # Card sizes are nameplate sizes, and a card's "24GB" is 24 GiB (gpus.toml: NVIDIA's "80GB"
             # parts show 81920 MiB), so GB is read as GiB here.
-            return card_from_size(parse_size(stripped.replace("gib", "").replace("gb", "").strip() or "0"))
+            size_bytes = parse_size(stripped.replace("gib", "").replace("gb", "").strip() or "0")
+            if size_bytes <= 0:
+                raise ConfigError(
+                    f"card size '{text}' must be more than 0",
+                    hint="give a catalog name (--gpu 'RTX 4090') or a size (--gpu 24GB)",
+                ) from None
+            return card_from_size(size_bytes)
         raise missing
 
 

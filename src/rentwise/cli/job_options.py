@@ -21,6 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Precision when --precision is not given: full fine-tuning keeps fp32 master weights under bf16 autocast
 # (HF Trainer --bf16); adapters train on a bf16 base (the common peft recipe); inference loads bf16.
+# The same recipe as JobSpec.precision_for in planning/job.py (`plan`); change both together.
 DEFAULT_PRECISION = {"full": "amp_bf16", "lora": "bf16", "qlora": "bf16", "inference": "bf16"}
 
 _OPTIONS: list[Callable[[F], F]] = [

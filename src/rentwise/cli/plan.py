@@ -14,9 +14,9 @@ from click.core import ParameterSource
 
 from rentwise.cli.job_options import job_options
 from rentwise.cli.render import emit_json, json_option, plain_table, to_jsonable
-from rentwise.errors import ConfigError
+from rentwise.errors import ConfigError, RentwiseError
 from rentwise.planning.job import JobSpec, count_dataset_tokens, tokens_from_samples
-from rentwise.planning.offers import BILLING_LABELS, BILLINGS, Currency, load_offers, parse_fx
+from rentwise.planning.offers import BILLING_LABELS, BILLINGS, Currency, Offer, load_offers, parse_fx
 from rentwise.planning.planner import SORT_KEYS, PlanResult, plan, recommend
 from rentwise.units import parse_size
 
@@ -115,13 +115,25 @@ def command(ctx: click.Context, /, model: str, as_json: bool, top: int, sort: st
     offers = load_offers([Path(p) for p in options.pop("offer_files")], currency)
     job, num_gpus = _job_from(ctx, model, options, shape)
     if num_gpus is not None:
-        offers = [o for o in offers if o.gpu_count == num_gpus]
+        offers = _with_gpu_count(offers, num_gpus)
     result = plan(shape, job, offers, currency, sort=sort)
     if as_json:
         emit_json({**to_jsonable(result), "recommendation": recommend(result)})
     else:
         _render(result, top)
     return 0 if result.plans else 1
+
+
+def _with_gpu_count(offers: list[Offer], num_gpus: int) -> list[Offer]:
+    """The offers with exactly `num_gpus` GPUs per machine; `RentwiseError` (exit 1) when there are none."""
+    kept = [o for o in offers if o.gpu_count == num_gpus]
+    if not kept:
+        counts = ", ".join(str(n) for n in sorted({o.gpu_count for o in offers}))
+        raise RentwiseError(
+            f"no offer has {num_gpus} GPUs in one machine (the offers have {counts})",
+            hint="pick one of those counts for --gpus, or drop --gpus to search them all",
+        )
+    return kept
 
 
 def _job_from(
@@ -139,6 +151,11 @@ def _job_from(
         raise ConfigError(
             f"plan does not take {', '.join(unsupported)}: it plans data-parallel training runs",
             hint="drop them; use `rentwise memory` for tensor-parallel or inference memory",
+        )
+    if given("num_gpus") and options["num_gpus"] < 1:
+        raise ConfigError(
+            f"--gpus must be at least 1, got {options['num_gpus']}",
+            hint="give the GPUs per machine, e.g. --gpus 8, or drop it to search every count",
         )
     extras = tuple((name, options[name]) for name in PASSED_THROUGH if given(name))
     tokens = _tokens(options, shape)
@@ -216,9 +233,10 @@ def _render(result: PlanResult, top: int) -> None:
         click.echo("No offer can run this job within the constraints.")
         for p in result.infeasible[:top]:
             click.echo(f"  {p.offer.label} {BILLING_LABELS[p.billing]}: {'; '.join(p.reasons)}")
-        reasons = sorted({r.reason for r in result.rejected})
-        for reason in reasons[:top]:
-            click.echo(f"  {reason}")
+        # A summary row (no offer id, e.g. "12 offers have no spot price") names its offers in its reason.
+        reasons = sorted({(r.reason, r.label if r.offer_id else "") for r in result.rejected})
+        for reason, label in reasons[:top]:
+            click.echo(f"  {label}: {reason}" if label else f"  {reason}")
     click.echo("\nhours = setup (model download, data upload) + compute + eval + checkpoint writes"
                " + expected preemption loss.")  # fmt: skip
     click.echo("Leaves out: " + "; ".join(result.leaves_out) + ".")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -9,13 +10,25 @@ import click
 
 from rentwise.cli.plan import currency_from, offers_options
 from rentwise.cli.render import emit_json, json_option, plain_table, to_jsonable
-from rentwise.planning.offers import BILLINGS, OfferFilter, filter_offers, load_offers, with_currency
+from rentwise.planning.offers import (
+    BILLINGS,
+    Offer,
+    OfferFilter,
+    filter_offers,
+    load_offers,
+    with_currency,
+)
 
 
 def _money(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:,.3f}" if value >= 0.1 else f"{value:.5f}"  # storage and egress are fractions of a cent
+
+
+def _cheapest(offer: Offer) -> float:
+    """The offer's lowest hourly price over its billing modes (a price of 0 counts)."""
+    return min((p for b in BILLINGS if (p := offer.price_per_hour(b)) is not None), default=math.inf)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -48,7 +61,7 @@ def command(as_json: bool, per_gpu: bool, **options: Any) -> int:
         max_price_per_hour=options["max_price"],
     )
     shown = [with_currency(o, currency) for o in filter_offers(offers, wanted, currency)]
-    shown.sort(key=lambda o: min(o.price_per_hour(b) or float("inf") for b in BILLINGS) / o.gpu_count)
+    shown.sort(key=lambda o: _cheapest(o) / o.gpu_count)
     if as_json:
         emit_json(to_jsonable(shown))
         return 0 if shown else 1

@@ -10,8 +10,8 @@ import click
 from rentwise.cli.plan import currency_from, offers_options
 from rentwise.cli.render import emit_json, json_option, to_jsonable
 from rentwise.errors import ConfigError, NotFoundError, did_you_mean
-from rentwise.planning.offers import load_offers
-from rentwise.planning.tco import HOURS_PER_MONTH, Ownership, TcoResult, rent_vs_buy
+from rentwise.planning.offers import HOURS_PER_MONTH, load_offers
+from rentwise.planning.tco import Ownership, TcoResult, rent_vs_buy
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

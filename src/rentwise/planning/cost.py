@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from rentwise.planning.offers import RESERVED_TERM_H, Offer
 
 SECONDS_PER_HOUR = 3600.0
-HOURS_PER_MONTH = 365.25 * 24 / 12
 # An offer without a stated billing unit is planned as billed per started hour (the coarsest common unit),
 # so the estimate does not come out lower than the bill.
 UNKNOWN_BILLING_UNIT_S = 3600

@@ -110,10 +110,8 @@ def _compute_ratio(shape: ModelShape, old: MemoryJob, new: MemoryJob) -> float:
     known only by its size: its peak cancels out; communication and offload are not counted)."""
 
     def cost(job: MemoryJob) -> float:
-        params = matmul_params(shape.num_active_params, shape.embedding_params, shape.vocab_size,
-                               shape.hidden_size)  # fmt: skip
-        flops = training_flops_per_token(params, shape.num_layers, shape.q_dim, job.seq_len, job.method,
-                                         job.grad_checkpointing)  # fmt: skip
+        flops = training_flops_per_token(matmul_params(shape), shape.num_layers, shape.q_dim, job.seq_len,
+                                         job.method, job.grad_checkpointing)  # fmt: skip
         return flops.hardware / METHOD_FACTOR.get(job.method, 1.0)
 
     return cost(new) / cost(old)

@@ -73,9 +73,11 @@ class JobSpec:
     """Mean time between spot interruptions for every offer (None = per offer, else the default)."""
     restart_s: float | None = None
     utilisation: float | None = None
-    """Share of dense peak reached (overrides the per-GPU default; see planning/time.py)."""
+    """Share of dense peak reached, taken as given for every method (overrides the per-GPU default and the
+    QLoRA factor; see planning/time.py)."""
     utilisation_by_gpu: tuple[tuple[str, float], ...] = ()
-    """Per-GPU utilisation (catalog name, share of peak), e.g. learned from the ledger; `utilisation` wins."""
+    """Per-GPU utilisation (catalog name, share of peak) of a full or LoRA run, e.g. learned from the ledger;
+    the planner multiplies it by the method factor (QLoRA × 0.74, planning/time.py). `utilisation` wins."""
     memory_extras: tuple[tuple[str, object], ...] = ()
     """Other `MemoryJob` fields passed through unchanged, e.g. (("qlora_double_quant", False),)."""
     download_gbps: float = DEFAULT_DOWNLOAD_GBPS
@@ -87,12 +89,9 @@ class JobSpec:
         if problems:
             raise ConfigError("; ".join(problems), hint="run `rentwise plan --help` for the valid options")
 
-    @property
-    def resolved_precision(self) -> str:
-        return self.precision or ("amp_bf16" if self.method == "full" else "bf16")
-
     def precision_for(self, method: str) -> str:
         """The precision to run `method` in: the user's, else the usual recipe for that method."""
+        # The same recipe as DEFAULT_PRECISION in cli/job_options.py (`memory`/`fix`); change both together.
         return self.precision or ("amp_bf16" if method == "full" else "bf16")
 
     @property
@@ -110,7 +109,7 @@ def spec_problems(spec: JobSpec) -> list[str]:
     """Every problem with `spec`, as readable sentences (empty when valid)."""
     problems: list[str] = []
     choices = (("method", spec.method, TRAINING_METHODS),
-               ("precision", spec.resolved_precision, PRECISIONS),
+               ("precision", spec.precision_for(spec.method), PRECISIONS),
                ("optimizer", spec.optimizer, OPTIMIZERS),
                ("attention", spec.attention, ATTENTIONS))  # fmt: skip
     for field, value, allowed in choices:
@@ -153,8 +152,8 @@ def spec_problems(spec: JobSpec) -> list[str]:
         ("restart time", spec.restart_s),
     )  # fmt: skip
     for label, number in nonneg:
-        if number is not None and number < 0:
-            problems.append(f"{label} must not be negative, got {number}")
+        if number is not None and not (number >= 0 and math.isfinite(number)):
+            problems.append(f"{label} must be a finite number, 0 or more, got {number}")
     return problems
 
 

@@ -14,6 +14,7 @@ Prices stay in the currency they were quoted in; `Currency` converts them for di
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,8 +32,10 @@ BILLING_LABELS: dict[str, str] = {
     "weekly": "weekly",
     "monthly": "monthly",
 }
-# Hours a reserved term commits to: a week, and an average month (365.25 × 24 / 12 = 730.5 h).
-RESERVED_TERM_H: dict[str, float] = {"weekly": 7 * 24.0, "monthly": 365.25 * 24 / 12}
+# An average Gregorian month: 365.25 days × 24 h / 12 = 730.5 h (monthly terms, snapshots, rent vs buy).
+HOURS_PER_MONTH = 365.25 * 24 / 12
+# Hours a reserved term commits to: a week, and an average month.
+RESERVED_TERM_H: dict[str, float] = {"weekly": 7 * 24.0, "monthly": HOURS_PER_MONTH}
 
 Interconnect = Literal["nvlink", "pcie", ""]
 NAMED_INSTANCES = frozenset({"AWS", "GCP", "Azure", "Alibaba Cloud", "Tencent Cloud"})
@@ -173,6 +176,9 @@ _FLOATS = (
     "storage_per_gb_day", "egress_per_gb", "snapshot_per_gb_month", "spot_mtbi_h",
 )  # fmt: skip
 _INTS = ("gpu_count", "vcpus", "billing_unit_s")
+# Prices may be 0 (free egress or storage is common; an hourly price of 0 is a machine you already pay for
+# elsewhere). Sizes and times between interruptions must be above 0: a zero there is a typo, not a fact.
+_POSITIVE_FLOATS = ("ram_gb", "spot_mtbi_h")
 _TRUE = ("1", "true", "yes", "y")
 _FALSE = ("0", "false", "no", "n")
 
@@ -190,8 +196,12 @@ def _parse_number(field: str, raw: Any, problems: list[str], integer: bool) -> f
     except ValueError:
         problems.append(f"{field} '{text}' is not a {'whole ' if integer else ''}number")
         return None
-    if number < 0 or (integer and number == 0 and field != "vcpus"):
-        problems.append(f"{field} must be positive, got {text}")
+    if not math.isfinite(number):
+        problems.append(f"{field} must be a finite number, got {text}")
+        return None
+    must_be_positive = (integer and field != "vcpus") or field in _POSITIVE_FLOATS
+    if number < 0 or (must_be_positive and number == 0):
+        problems.append(f"{field} must be {'positive' if must_be_positive else '0 or more'}, got {text}")
         return None
     return number
 
@@ -199,7 +209,10 @@ def _parse_number(field: str, raw: Any, problems: list[str], integer: bool) -> f
 def offer_from_row(row: Mapping[str, Any], known_currencies: Iterable[str]) -> tuple[Offer | None, list[str]]:
     """Build an `Offer` from one CSV/TOML row; return it (or None) and every problem found."""
     problems: list[str] = []
-    unknown = sorted(set(row) - set(FIELDS) - {""})
+    if None in row:  # csv.DictReader files values beyond the header's columns under the key None
+        extra = ", ".join(repr(_text(v)) for v in row[None])  # type: ignore[index]
+        problems.append(f"more values than the header has columns (extra: {extra})")
+    unknown = sorted(name for name in set(row) - set(FIELDS) - {""} if name is not None)
     if unknown:
         problems.append(f"unknown field(s) {', '.join(unknown)}{did_you_mean(unknown[0], FIELDS)}")
     for name in REQUIRED:
@@ -276,7 +289,19 @@ def read_offers_file(path: Path, known_currencies: Iterable[str] = DEFAULT_UNITS
         raise NotFoundError(
             f"offers file '{path}' does not exist", hint="pass a CSV or TOML file to --offers"
         )
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"offers file '{path}' is not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+            f"{error.start})",
+            hint="save it as UTF-8 CSV or TOML",
+        ) from None
+    except OSError as error:
+        raise ConfigError(
+            f"cannot read offers file '{path}': {error.strerror or error}",
+            hint="check the path and its permissions",
+        ) from None
     if path.suffix.lower() == ".toml":
         return parse_offers(_toml_rows(text, path), str(path), known_currencies)
     if path.suffix.lower() != ".csv":
@@ -392,9 +417,9 @@ def filter_offers(offers: Sequence[Offer], wanted: OfferFilter, currency: Curren
             prices = [
                 currency.convert(p, offer.currency)
                 for b in offer.billings()
-                if (p := offer.price_per_hour(b))
+                if (p := offer.price_per_hour(b)) is not None
             ]
-            if min(prices) > wanted.max_price_per_hour:
+            if min(prices, default=math.inf) > wanted.max_price_per_hour:
                 continue
         kept.append(offer)
     return kept

@@ -29,6 +29,7 @@ from rentwise.planning.job import JobSpec
 from rentwise.planning.offers import BILLING_LABELS, Currency, Offer, with_currency
 from rentwise.planning.preemption import DEFAULT_RESTART_S, DEFAULT_SPOT_MTBI_H, preemption_cost
 from rentwise.planning.time import (
+    DIRECTIONS,
     StepTime,
     compute_seconds,
     data_parallel_bytes_per_step,
@@ -47,6 +48,8 @@ SORT_KEYS = ("cost", "time", "value")
 
 # Optimizer state bytes per trainable parameter that a checkpoint stores next to the fp32 weights
 # (the same per-optimizer figures as rentwise/memory/parameters.py: Adam two moments, 8-bit Adam two bytes).
+# Not read from `parameter_bytes`: its fields are per GPU after ZeRO sharding and offload, and its `adapter`
+# field lumps LoRA weights, gradients and states together, so the checkpoint's share is not separable.
 CHECKPOINT_STATE_BYTES: dict[str, float] = {
     "adamw": 8, "adamw_fused": 8, "adamw_8bit": 2, "adafactor": 0, "sgd": 0, "sgd_momentum": 4,
 }  # fmt: skip
@@ -258,21 +261,24 @@ def step_time(shape: ModelShape, job: JobSpec, candidate: Candidate, gpu: GpuSpe
         tflops = peak_tflops(gpu, "amp_fp16")  # no bf16 (T4, V100): fp16 AMP, same memory
     if tflops is None:
         return None
-    params = matmul_params(
-        shape.num_active_params, shape.embedding_params, shape.vocab_size, shape.hidden_size
-    )
-    flops = training_flops_per_token(params, shape.num_layers, shape.q_dim, job.seq_len, s.method,
-                                     s.grad_checkpointing)  # fmt: skip
+    flops = training_flops_per_token(matmul_params(shape), shape.num_layers, shape.q_dim, job.seq_len,
+                                     s.method, s.grad_checkpointing)  # fmt: skip
     tokens = s.micro_batch * s.grad_accum * num_gpus * job.seq_len
     compute = compute_seconds(tokens, flops.hardware, num_gpus, tflops, utilisation)
     wide = precision == "fp32" or precision.startswith("amp")
     grad_bytes = 4 if wide else 2
     comm_bytes = data_parallel_bytes_per_step(
-        candidate.trainable_params, shape.num_params, num_gpus, s.sharding, grad_bytes, 2
+        candidate.trainable_params,
+        shape.num_params,
+        num_gpus,
+        s.sharding,
+        grad_bytes,
+        2,
+        grad_accum=s.grad_accum,
     )
     link = link_gbps(gpu, interconnect)
     offload_bytes = offload_bytes_per_step(candidate.trainable_params, num_gpus, s.offload, 2)
-    pcie = gpu.pcie_gbps / 2 if gpu.pcie_gbps else None
+    pcie = gpu.pcie_gbps / DIRECTIONS if gpu.pcie_gbps else None  # offload is host↔GPU: PCIe, one way
     return StepTime(compute, seconds_for(comm_bytes, link), seconds_for(offload_bytes, pcie)), tokens
 
 
@@ -286,8 +292,9 @@ def fastest_fit(shape: ModelShape, job: JobSpec, candidates: Sequence[Candidate]
     for candidate in candidates:
         if candidate.peak_bytes > capacity:
             continue
+        # --mfu is taken as given; a learned per-GPU share gets the method factor like the family default.
         learned = dict(job.utilisation_by_gpu).get(gpu.name)
-        utilisation = job.utilisation or learned or default_utilisation(gpu, candidate.strategy.method)
+        utilisation = job.utilisation or default_utilisation(gpu, candidate.strategy.method, learned)
         timed = step_time(shape, job, candidate, gpu, num_gpus, interconnect, utilisation)
         if timed is None:
             untimed = f"the GPU catalog has no tensor peak for {gpu.name} in {candidate.strategy.precision}"

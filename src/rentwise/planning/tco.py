@@ -17,8 +17,7 @@ import math
 from dataclasses import dataclass
 
 from rentwise.errors import ConfigError
-
-HOURS_PER_MONTH = 365.25 * 24 / 12  # 730.5
+from rentwise.planning.offers import HOURS_PER_MONTH
 
 
 @dataclass(frozen=True)

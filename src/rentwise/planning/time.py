@@ -4,14 +4,16 @@ Formulas (each function cites its own):
 - Model FLOPs per token: 6·N for full training (Kaplan et al. 2020, "Scaling Laws", §2.1) plus the attention
   term 12·L·d·T (PaLM, Chowdhery et al. 2022, App. B; llm-foundry's MFU uses the same 3 × 4·L·d·T²/T).
   LoRA/QLoRA skip the weight-gradient GEMMs of frozen weights: ≈ 4·N + 12·L·d·T (shared/data/README.md).
-  N counts the weights that do a matmul per token: active parameters for MoE, minus the embedding lookup.
+  N counts the weights that do a matmul per token (`matmul_params`): active parameters for MoE, minus the
+  input-embedding lookup, plus the output head once (tied heads are not in the parameter count).
 - Activation recomputation (gradient checkpointing) adds one forward pass: 2·N + 4·L·d·T hardware FLOPs
   (×4/3 for full training; llm-foundry's HFU definition).
 - Time = hardware FLOPs / (GPUs × dense peak × utilisation). Utilisation here is the share of dense peak
   reached on *hardware* FLOPs (llm-foundry's HFU), so recomputation costs its real extra time.
 - Data-parallel communication per optimizer step from ring collectives: all-reduce moves 2·(n−1)/n of the
   gradient bytes per GPU (Patarasuk & Yuan 2009; NCCL's "bus bandwidth" docs), ZeRO-3/FSDP adds two
-  parameter all-gathers (Rajbhandari et al. 2020, ZeRO §7: 1.5× DDP volume).
+  parameter all-gathers (Rajbhandari et al. 2020, ZeRO §7: 1.5× DDP volume). What repeats per micro-batch
+  under gradient accumulation is in `data_parallel_bytes_per_step`.
 Leaves out: communication/compute overlap (assumed none: pessimistic), NCCL efficiency below link peak
 (optimistic), CPU-Adam compute time under offload, data-loader stalls, and kernel-level differences
 between frameworks.
@@ -23,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 from rentwise.hardware.catalog import GpuSpec
+from rentwise.models.shape import ModelShape
 
 # --- utilisation defaults --------------------------------------------------------------------------------
 # Share of dense bf16 peak reached on hardware FLOPs for full fine-tuning, by GPU family. Sources:
@@ -64,9 +67,11 @@ def gpu_family(gpu: GpuSpec) -> str:
     return "other"
 
 
-def default_utilisation(gpu: GpuSpec, method: str) -> float:
-    """Share of dense peak a fine-tune reaches on `gpu` with `method` (sourced table above)."""
-    return UTILISATION_BY_FAMILY[gpu_family(gpu)] * METHOD_FACTOR.get(method, 1.0)
+def default_utilisation(gpu: GpuSpec, method: str, learned: float | None = None) -> float:
+    """Share of dense peak a fine-tune reaches on `gpu` with `method`: the per-family figure (sourced table
+    above), or a `learned` full/LoRA share for this GPU, times the method factor (QLoRA's dequantisation)."""
+    base = learned if learned is not None else UTILISATION_BY_FAMILY[gpu_family(gpu)]
+    return base * METHOD_FACTOR.get(method, 1.0)
 
 
 def peak_tflops(gpu: GpuSpec, precision: str) -> float | None:
@@ -87,10 +92,12 @@ class FlopsPerToken:
     hardware: float
 
 
-def matmul_params(num_active_params: int, embedding_params: int, vocab_size: int, hidden_size: int) -> int:
-    """Parameters that do a matmul per token: active ones minus the input-embedding lookup, plus the output
-    head (tied heads share storage with the embedding but still multiply)."""
-    return num_active_params - embedding_params + vocab_size * hidden_size
+def matmul_params(shape: ModelShape) -> int:
+    """Parameters that do a matmul per token: the active ones minus the input-embedding lookup (a gather, no
+    FLOPs), with the output head counted once. An untied head is already among the active parameters; a
+    tied one shares the embedding's storage, so it is not, yet it still multiplies: add vocab × hidden."""
+    tied_head = shape.vocab_size * shape.hidden_size if shape.tie_embeddings else 0
+    return shape.num_active_params - shape.embedding_params + tied_head
 
 
 def training_flops_per_token(
@@ -128,20 +135,33 @@ def link_gbps(gpu: GpuSpec, interconnect: str) -> float | None:
 
 
 def data_parallel_bytes_per_step(
-    trainable_params: int, total_params: int, num_gpus: int, sharding: str, grad_bytes: int, param_bytes: int
+    trainable_params: int,
+    total_params: int,
+    num_gpus: int,
+    sharding: str,
+    grad_bytes: int,
+    param_bytes: int,
+    *,
+    grad_accum: int,
 ) -> float:
-    """Bytes each GPU sends per optimizer step for data parallelism (ring collectives).
+    """Bytes each GPU sends per optimizer step of `grad_accum` micro-batches (ring collectives).
 
-    DDP / ZeRO-1 / ZeRO-2: one all-reduce (or reduce-scatter + all-gather) of the gradients, 2·(n−1)/n·G.
-    ZeRO-3 / FSDP: reduce-scatter of gradients (n−1)/n·G plus an all-gather of the parameters in forward and
-    again in backward, 2·(n−1)/n·P (ZeRO paper §7.2.2).
+    DDP / ZeRO-1: one all-reduce of the gradients at the accumulation boundary, 2·(n−1)/n·G (DDP under
+    `no_sync`; DeepSpeed's engine reduces ZeRO-0/1 gradients "only at gradient accumulation boundaries").
+    ZeRO-2: gradients are partitioned, so DeepSpeed reduce-scatters them in every micro-batch's backward
+    ("ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well", deepspeed
+    runtime/engine.py `allreduce_gradients`), (n−1)/n·G each, then all-gathers the updated weights once.
+    ZeRO-3 / FSDP: every micro-batch all-gathers the parameters in forward and again in backward,
+    2·(n−1)/n·P, and reduce-scatters its gradients, (n−1)/n·G (ZeRO paper §7.2.2).
     """
     if num_gpus <= 1:
         return 0.0
     share = (num_gpus - 1) / num_gpus
     gradients = trainable_params * grad_bytes
     if sharding in ("zero3", "fsdp"):
-        return share * gradients + 2 * share * total_params * param_bytes
+        return grad_accum * (share * gradients + 2 * share * total_params * param_bytes)
+    if sharding == "zero2":
+        return grad_accum * share * gradients + share * gradients
     return 2 * share * gradients
 
 

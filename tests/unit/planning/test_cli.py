@@ -142,3 +142,99 @@ def test_tco_errors(run_cli: Run) -> None:
     ]
     result = run_cli("tco", "--card-price", "2000", "--rent-price", "1", "--pue", "0.5")
     assert result.stderr.splitlines()[0] == "error: PUE is facility/IT power and cannot be below 1, got 0.5"
+
+
+HEADER = "id,provider,region,gpu,gpu_count,currency,source,on_demand_per_hour\n"
+COLUMNS = (
+    "id, provider, region, instance_type, gpu, gpu_count, interconnect, vcpus, ram_gb, currency, "
+    "on_demand_per_hour, spot_per_hour, weekly_per_hour, monthly_per_hour, billing_unit_s, "
+    "storage_per_gb_day, storage_bills_stopped, egress_per_gb, snapshot_per_gb_month, spot_mtbi_h, "
+    "source, as_of, notes"
+)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "error"),
+    [
+        ("--eval-fraction", "inf", "error: eval fraction must be a finite number, 0 or more, got inf"),
+        ("--snapshot-months", "nan", "error: snapshot months must be a finite number, 0 or more, got nan"),
+        ("--restart-min", "nan", "error: restart time must be a finite number, 0 or more, got nan"),
+    ],
+)
+def test_plan_non_finite_numbers_exit_2(run_cli: Run, flag: str, value: str, error: str) -> None:
+    result = run_cli("plan", "qwen2.5-0.5b", "--tokens", "5M", flag, value)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [error, "  hint: run `rentwise plan --help` for the valid options"]
+
+
+def test_offers_file_with_non_finite_price_or_extra_values_exits_2(run_cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(
+        HEADER + "a,P,r,H100 SXM5,1,USD,s,nan\nb,P,r,H100 SXM5,1,USD,s,2,x,y\nc,P,r,H100 SXM5,1,USD,s,inf\n"
+    )
+    result = run_cli("prices", "--offers", str(path), "--json")
+    assert result.exit_code == 2
+    assert result.stdout == ""  # no NaN in a JSON document
+    assert result.stderr.splitlines() == [
+        f"error: bad offers file {path}: row 2: on_demand_per_hour must be a finite number, got nan; "
+        "row 3: more values than the header has columns (extra: 'x', 'y'); "
+        "row 4: on_demand_per_hour must be a finite number, got inf",
+        f"  hint: fix the rows named above; the columns are {COLUMNS}",
+    ]
+
+
+def test_offers_file_that_is_not_utf8_exits_2(run_cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(HEADER.encode() + "a,Señor GPU,r,H100 SXM5,1,USD,s,2\n".encode("latin-1"))
+    result = run_cli("prices", "--offers", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        # the 69-byte header line, then "a,Se": the latin-1 'ñ' (0xf1) is byte 72
+        f"error: offers file '{path}' is not UTF-8 text (byte 0xf1 at offset 72)",
+        "  hint: save it as UTF-8 CSV or TOML",
+    ]
+
+
+def test_zero_price_is_an_offer_and_sorts_first(run_cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "zero.csv"
+    path.write_text(HEADER + "free,Mine,r,H100 SXM5,1,USD,s,0\n")
+    result = run_cli("prices", "--offers", str(path), "--max-price", "1", "--json")
+    assert result.exit_code == 0
+    rows = json.loads(result.stdout)
+    assert rows[0]["id"] == "free"
+    assert rows[0]["on_demand_per_hour"] == 0
+
+
+def test_fix_refuses_a_card_of_no_size(run_cli: Run) -> None:
+    result = run_cli("fix", "llama-3.1-8b", "--gpu", "0GB")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: card size '0GB' must be more than 0",
+        "  hint: give a catalog name (--gpu 'RTX 4090') or a size (--gpu 24GB)",
+    ]
+
+
+def test_plan_gpus_must_be_positive_and_exist(run_cli: Run) -> None:
+    result = run_cli("plan", "qwen2.5-0.5b", "--tokens", "5M", "--gpus", "0")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: --gpus must be at least 1, got 0",
+        "  hint: give the GPUs per machine, e.g. --gpus 8, or drop it to search every count",
+    ]
+    result = run_cli("plan", "qwen2.5-0.5b", "--tokens", "5M", "--gpus", "3")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: no offer has 3 GPUs in one machine (the offers have 1, 2, 4, 8)",
+        "  hint: pick one of those counts for --gpus, or drop --gpus to search them all",
+    ]
+
+
+def test_plan_rejections_name_their_offer(run_cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "three.csv"
+    path.write_text(HEADER + "three,P,r,H100 SXM5,3,USD,s,9\n")
+    args = ("--tokens", "5M", "--gpus", "3", "--global-batch", "2", "--offers", str(path))
+    result = run_cli("plan", "qwen2.5-0.5b", *args)
+    assert result.exit_code == 1
+    assert "  P r 3xH100 SXM5: 3 GPUs need a global batch of at least 3 sequences (--global-batch 2)" in (
+        result.stdout.splitlines()
+    )

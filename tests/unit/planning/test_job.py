@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,23 @@ def test_every_problem_is_listed_at_once() -> None:
 
 
 def test_precision_follows_the_method_unless_given() -> None:
-    assert JobSpec(model="m", method="full", tokens=1).resolved_precision == "amp_bf16"
-    assert JobSpec(model="m", method="lora", tokens=1).resolved_precision == "bf16"
-    assert JobSpec(model="m", method="lora", tokens=1, precision="fp32").resolved_precision == "fp32"
+    assert JobSpec(model="m", method="full", tokens=1).precision_for("full") == "amp_bf16"
+    assert JobSpec(model="m", method="lora", tokens=1).precision_for("lora") == "bf16"
+    assert JobSpec(model="m", method="full", tokens=1).precision_for("qlora") == "bf16"
+    assert JobSpec(model="m", method="lora", tokens=1, precision="fp32").precision_for("full") == "fp32"
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_non_finite_numbers_are_rejected(value: float) -> None:
+    with pytest.raises(ConfigError) as raised:
+        JobSpec(
+            model="m", tokens=1, eval_fraction=value, snapshot_months=value, restart_s=value, epochs=value
+        )
+    assert raised.value.message == (
+        f"epochs must be a positive number, got {value}; eval fraction must be a finite number, 0 or more, "
+        f"got {value}; snapshot months must be a finite number, 0 or more, got {value}; restart time must be "
+        f"a finite number, 0 or more, got {value}"
+    )
 
 
 def test_methods_to_try_only_get_lighter() -> None:

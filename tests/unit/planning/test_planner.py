@@ -14,8 +14,7 @@ from rentwise.models.catalog import load_shape
 from rentwise.models.shape import ModelShape
 from rentwise.planning.job import JobSpec
 from rentwise.planning.offers import Currency, Offer, bundled_offers
-from rentwise.planning.planner import plan, recommend, sort_plans
-from rentwise.planning.time import matmul_params, training_flops_per_token
+from rentwise.planning.planner import Candidate, Strategy, plan, recommend, sort_plans, step_time
 
 SHAPE = load_shape("qwen2.5-0.5b")
 OFFERS = bundled_offers()
@@ -58,11 +57,10 @@ def test_hand_checked_single_gpu_plan() -> None:
     )
     result = plan(SHAPE, job, [one_offer()], estimate=fixed_memory(10 * 2**30))
     (p,) = result.plans
-    n = matmul_params(SHAPE.num_active_params, SHAPE.embedding_params, SHAPE.vocab_size, SHAPE.hidden_size)
-    flops = training_flops_per_token(n, SHAPE.num_layers, SHAPE.q_dim, 2048, "lora", False).hardware
-    tokens_per_s = 989e12 * 0.40 / flops  # H100 dense bf16 × Hopper utilisation
-    assert p.tokens_per_s == pytest.approx(tokens_per_s)
-    assert p.compute_h == pytest.approx(10_000_000 / tokens_per_s / 3600)
+    # qwen2.5-0.5b LoRA: 4N + 12·L·d·T = 4 × 494,032,768 + 12 × 24 × 896 × 2048 = 2,504,613,376 FLOPs per
+    # token (tied head: every parameter multiplies). H100 989 TFLOPS × Hopper 0.40 / that = 157,948.5 tok/s.
+    assert p.tokens_per_s == pytest.approx(157_948.5, rel=1e-6)
+    assert p.compute_h == pytest.approx(10_000_000 / 157_948.5 / 3600, rel=1e-6)  # 0.01759 h
     assert p.cost.compute == pytest.approx(2.0 * p.wall_h, abs=2.0 / 3600)  # billed per started second
     assert p.cost_per_mtok == pytest.approx(p.cost.total / 10)
 
@@ -179,3 +177,24 @@ def test_utilisation_override_per_gpu_scales_speed() -> None:
     learned = replace(job, utilisation_by_gpu=(("H100 SXM5", 0.20),))
     slower = plan(SHAPE, learned, [one_offer()], estimate=fixed_memory(2**30)).plans[0]
     assert slower.tokens_per_s == pytest.approx(base.tokens_per_s / 2)
+
+
+def test_zero3_communication_is_paid_per_micro_batch() -> None:
+    # qwen2.5-0.5b full fine-tune, 8 × H100 SXM5 over NVLink (900 GB/s both ways → 450 GB/s), ZeRO-3,
+    # micro-batch 1 × 4 accumulation. Per micro-batch each GPU sends 7/8 × 494,032,768 × (4 B fp32 gradient
+    # + 2 × 2 B bf16 parameter all-gathers) = 3,458,229,376 B; 4 of them = 13,832,917,504 B → 0.030740 s.
+    job = JobSpec(model="m", method="full", tokens=1_000_000, global_batch=32)
+    strategy = Strategy("full", 1, 4, False, "zero3", "none", "amp_bf16")
+    candidate = Candidate(strategy, 0, SHAPE.num_params)
+    timed = step_time(SHAPE, job, candidate, find_gpu("H100 SXM5"), 8, "nvlink", 0.4)
+    assert timed is not None
+    assert timed[0].communication_s == pytest.approx(0.030740, rel=1e-4)
+
+
+def test_learned_utilisation_keeps_the_qlora_factor() -> None:
+    learned = (("H100 SXM5", 0.5),)
+    base = dict(model="m", tokens=1_000_000, billings=("on_demand",), utilisation_by_gpu=learned)
+    qlora = plan(SHAPE, JobSpec(method="qlora", **base), [one_offer()], estimate=fixed_memory(2**30))  # type: ignore[arg-type]
+    lora = plan(SHAPE, JobSpec(method="lora", **base), [one_offer()], estimate=fixed_memory(2**30))  # type: ignore[arg-type]
+    assert qlora.plans[0].utilisation == pytest.approx(0.37)  # 0.5 × 0.74 (Qwen's QLoRA/LoRA speed ratio)
+    assert lora.plans[0].utilisation == pytest.approx(0.5)

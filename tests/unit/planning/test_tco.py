@@ -5,7 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rentwise.errors import ConfigError
-from rentwise.planning.tco import HOURS_PER_MONTH, Ownership, rent_vs_buy
+from rentwise.planning.offers import HOURS_PER_MONTH
+from rentwise.planning.tco import Ownership, rent_vs_buy
 
 
 def test_hand_checked_break_even() -> None:
