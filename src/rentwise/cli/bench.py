@@ -13,12 +13,21 @@ from rentwise.hardware.catalog import GpuSpec, find_gpu
 from rentwise.machine.bench import QUICK, BenchConfig, run_bench
 from rentwise.machine.doctor import catalog_entry
 from rentwise.machine.readings import open_source
-from rentwise.machine.verdict import BenchResult, Verdict, judge, load_result, result_document
+from rentwise.machine.verdict import (
+    SLOWER_THAN_EXPECTED,
+    BenchResult,
+    Status,
+    Verdict,
+    judge,
+    load_result,
+    result_document,
+)
 
-STATUS_STYLE = {
+STATUS_STYLE: dict[Status, str] = {
     "healthy": "green",
     "throttled": "yellow",
     "likely shared or noisy": "yellow",
+    SLOWER_THAN_EXPECTED: "yellow",
     "not the card advertised": "red",
     "inconclusive": "blue",
 }
@@ -26,8 +35,8 @@ STATUS_STYLE = {
 
 @click.command(
     epilog="Exit code 0 when the verdict is healthy (or inconclusive: the card is not in the catalog), "
-    "1 when it is throttled, likely shared or noisy, or not the card advertised. Peaks are the catalog's "
-    "dense figures (`rentwise gpus`)."
+    "1 when it is throttled, likely shared or noisy, slower than expected, or not the card advertised. "
+    "Peaks are the catalog's dense figures (`rentwise gpus`)."
 )
 @click.option("--gpu", "gpu_index", default=0, show_default=True, help="Which GPU to measure.")
 @click.option(

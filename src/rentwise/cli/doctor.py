@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from rentwise.cli.render import emit_json, json_option, stdout_console
-from rentwise.machine.doctor import USES, DoctorReport, Use, diagnose
-from rentwise.machine.probe import gather_inputs
+from rentwise.machine.doctor import USES, DoctorReport, diagnose
+from rentwise.machine.probe import Use, gather_inputs
 from rentwise.machine.readings import open_source
 from rentwise.units import parse_size
 
@@ -41,7 +41,7 @@ MARKS = {"ok": "[green]✓[/]", "info": "[blue]·[/]", "warn": "[yellow]⚠[/]",
 def command(use: Use, output_dir: Path, need_disk: str | None, strict: bool, as_json: bool) -> int:
     """Check driver, CUDA, torch, GPUs, memory, ECC, links, NCCL, disk, RAM and packages, with fixes."""
     need_bytes = parse_size(need_disk) if need_disk else None
-    report = diagnose(gather_inputs(open_source(), output_dir), use, need_bytes)
+    report = diagnose(gather_inputs(open_source(), output_dir, use), use, need_bytes)
     if as_json:
         emit_json({"use": report.use, "failed": report.failed, "checks": report.checks})
     else:

@@ -13,12 +13,11 @@ from typing import Literal, get_args
 
 from rentwise.errors import RentwiseError
 from rentwise.hardware.catalog import GpuSpec, find_gpu
-from rentwise.machine.probe import DoctorInputs
+from rentwise.machine.probe import DoctorInputs, Use
 from rentwise.machine.readings import GpuFacts
 from rentwise.units import GIB, format_gib
 
 Status = Literal["ok", "info", "warn", "fail", "skip"]
-Use = Literal["train", "inference", "plan"]
 USES: tuple[str, ...] = get_args(Use)
 
 # bf16 tensor cores arrived with Ampere (compute capability 8.0) and fp8 with Ada (8.9) and Hopper (9.0):
@@ -103,6 +102,10 @@ def check_torch(inputs: DoctorInputs, use: Use) -> list[Check]:
         if use == "plan":
             return [Check("torch", "skip", "skipped: torch is not installed (planning does not need it)")]
         return [Check("torch", "fail", "torch is not installed", "pip install 'rentwise[train]'")]
+    if not torch.imported:
+        return [
+            Check("torch", "info", f"torch {torch.version} installed (not imported: {use} does not need it)")
+        ]
     if torch.error:
         return [Check("torch", "fail", f"torch does not import: {torch.error}", "reinstall torch")]
     if torch.cuda_build is None:
@@ -155,6 +158,10 @@ def check_visibility(inputs: DoctorInputs, use: Use) -> list[Check]:
     facts, torch = inputs.facts, inputs.torch
     if not facts.gpus:
         return [_no_gpu_skip("GPU visible to torch", inputs)]
+    if not torch.imported:
+        return [
+            Check("GPU visible to torch", "skip", f"skipped: torch not imported ({use} does not need it)")
+        ]
     if not torch.installed or torch.error or torch.cuda_build is None:
         return [Check("GPU visible to torch", "skip", "skipped: no usable CUDA build of torch")]
     if not torch.cuda_available:
@@ -372,6 +379,8 @@ def check_nccl(inputs: DoctorInputs, use: Use) -> list[Check]:
     if len(inputs.facts.gpus) < 2:
         return [Check("NCCL", "skip", "skipped: fewer than two GPUs, NCCL is not needed")]
     torch = inputs.torch
+    if not torch.imported:
+        return [Check("NCCL", "skip", f"skipped: torch not imported ({use} does not need it)")]
     if torch.nccl_available:
         return [Check("NCCL", "ok", f"NCCL {torch.nccl_version} available to torch.distributed")]
     return [
@@ -438,6 +447,15 @@ def check_packages(inputs: DoctorInputs, use: Use) -> list[Check]:
     checks = []
     for package in inputs.packages:
         name = f"package {package.name}"
+        if package.imports is None:
+            unused = f"{use} does not need it"
+            detail = (
+                f"{package.version} (not imported: {unused})"
+                if package.version
+                else f"not installed ({unused})"
+            )
+            checks.append(Check(name, "info", detail))
+            continue
         if package.imports:
             checks.append(Check(name, "ok", f"{package.version}"))
             continue

@@ -1,6 +1,8 @@
 """Gather what `doctor` judges: GPU facts (through a `GpuSource`), torch, key packages, disk and host RAM.
 
-This is the edge: it imports torch and the packages it checks. The judging in `doctor.py` is pure.
+This is the edge: for `train` and `inference` it imports torch and the packages it checks (seconds); for
+`plan`, which needs none of them, it only reads their installed versions from package metadata. The judging
+in `doctor.py` is pure.
 """
 
 from __future__ import annotations
@@ -14,8 +16,12 @@ import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from rentwise.machine.readings import GpuSource, MachineFacts, Sample
+
+Use = Literal["train", "inference", "plan"]
+"""What the machine is for; decides what doctor imports here and what counts as wrong in `doctor.py`."""
 
 # The packages `rentwise train` and QLoRA use, by import name -> distribution name.
 KEY_PACKAGES: dict[str, str] = {
@@ -40,13 +46,16 @@ class TorchInfo:
     nccl_available: bool | None = None
     nccl_version: str | None = None
     error: str | None = None
+    imported: bool = True
+    """False when only the installed version was read (`--for plan`): the CUDA and NCCL fields are unknown."""
 
 
 @dataclass(frozen=True)
 class PackageInfo:
     name: str
     version: str | None
-    imports: bool
+    imports: bool | None
+    """Whether `import` succeeds; None when it was not tried (`--for plan`)."""
     error: str | None = None
 
 
@@ -67,16 +76,21 @@ class DoctorInputs:
     cuda_visible_devices: str | None = None
 
 
-def gather_inputs(source: GpuSource, output_dir: Path) -> DoctorInputs:
-    """Read the machine once (imports torch and the key packages; takes a few seconds)."""
+def gather_inputs(source: GpuSource, output_dir: Path, use: Use = "train") -> DoctorInputs:
+    """Read the machine once. For train and inference this imports torch and the key packages (seconds);
+    for plan it reads only their versions, since planning uses none of them."""
     facts = source.facts()
     disk_path, disk_free = disk_free_bytes(output_dir)
     ram_total, ram_available = host_ram_bytes()
+    imports = use != "plan"
     return DoctorInputs(
         facts=facts,
         sample=source.sample(0.0) if facts.gpus else None,
-        torch=probe_torch(),
-        packages=tuple(probe_package(name, dist) for name, dist in KEY_PACKAGES.items()),
+        torch=probe_torch() if imports else torch_version_only(),
+        packages=tuple(
+            probe_package(name, dist) if imports else package_version_only(dist)
+            for name, dist in KEY_PACKAGES.items()
+        ),
         disk_path=str(disk_path),
         disk_free_bytes=disk_free,
         ram_total_bytes=ram_total,
@@ -116,6 +130,24 @@ def probe_torch() -> TorchInfo:
         nccl_available=nccl_available,
         nccl_version=nccl_version,
     )
+
+
+def torch_version_only() -> TorchInfo:
+    """torch's installed version from its metadata, without importing it (~2 s saved)."""
+    version = _installed_version("torch")
+    return TorchInfo(installed=version is not None, version=version, imported=False)
+
+
+def package_version_only(distribution: str) -> PackageInfo:
+    """A package's installed version from its metadata, without importing it."""
+    return PackageInfo(distribution, _installed_version(distribution), imports=None)
+
+
+def _installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def probe_package(import_name: str, distribution: str) -> PackageInfo:

@@ -14,12 +14,15 @@ kernels was executing on the GPU"; `memory_used_bytes` is nvmlDeviceGetMemoryInf
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from types import UnionType
+from typing import IO, Any, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from rentwise.errors import ConfigError, NotFoundError
+
+T = TypeVar("T")
 
 TRACE_FORMAT = "rentwise-gpu-trace"
 TRACE_VERSION = 1
@@ -193,33 +196,80 @@ def open_source() -> GpuSource:
 # Trace files: JSON Lines. Line 1 is a header {"format", "version", "facts"}; each further line is a Sample.
 
 
-def _from_dict(cls: Any, raw: Mapping[str, Any]) -> Any:
-    """Build a frozen dataclass from its dict, recursing into the nested reading types."""
-    known = {f.name for f in fields(cls)}
-    values = {key: value for key, value in raw.items() if key in known}
-    if cls is Sample:
-        values["gpus"] = tuple(_from_dict(GpuReading, g) for g in values.get("gpus", ()))
-        values["host"] = _from_dict(HostReading, values["host"]) if values.get("host") else None
-        values["job_pids"] = tuple(values.get("job_pids", ()))
-        values["lost_gpus"] = tuple(values.get("lost_gpus", ()))
-    elif cls is GpuReading:
-        values["processes"] = tuple(_from_dict(GpuProcess, p) for p in values.get("processes", ()))
-    elif cls is MachineFacts:
-        values["gpus"] = tuple(_from_dict(GpuFacts, g) for g in values.get("gpus", ()))
-        values["topology"] = tuple(tuple(link) for link in values.get("topology", ()))
+class FieldError(ValueError):
+    """A JSON value that does not fit its dataclass field. `field` is its path, e.g. 'gpus[0].power_w'."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"field '{field}' {problem}")
+        self.field = field
+
+
+def from_json(cls: type[T], raw: object, where: str = "") -> T:
+    """Build the frozen dataclass `cls` from its JSON form, checking every field against its annotation.
+
+    Unknown keys are ignored (a newer writer may add fields); JSON lists become tuples and integers are
+    accepted where a float is declared. Raises `FieldError` naming the first field that does not fit.
+    """
+    if not isinstance(raw, Mapping):
+        raise FieldError(where or cls.__name__, f"must be an object, got {_shown(raw)}")
+    hints = get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for spec in fields(cls):  # type: ignore[arg-type]
+        path = f"{where}.{spec.name}" if where else spec.name
+        if spec.name in raw:
+            values[spec.name] = _checked(hints[spec.name], raw[spec.name], path)
+        elif spec.default is MISSING and spec.default_factory is MISSING:
+            raise FieldError(path, "is missing")
     return cls(**values)
+
+
+def _checked(annotation: Any, value: object, path: str) -> Any:
+    """`value` converted to `annotation` (the types these dataclasses use), or a `FieldError`."""
+    options = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    if value is None and type(None) in options:
+        return None
+    (expected,) = [option for option in options if option is not type(None)]  # X or X | None only
+    nullable = " or null" if len(options) > 1 else ""
+    if is_dataclass(expected):
+        return from_json(expected, value, path)  # type: ignore[arg-type]
+    if get_origin(expected) is tuple:
+        items = get_args(expected)
+        if not isinstance(value, list) or (items[-1] is not Ellipsis and len(value) != len(items)):
+            size = "" if items[-1] is Ellipsis else f" of {len(items)}"
+            raise FieldError(path, f"must be a list{size}{nullable}, got {_shown(value)}")
+        kinds = [items[0]] * len(value) if items[-1] is Ellipsis else list(items)
+        pairs = enumerate(zip(kinds, value, strict=True))
+        return tuple(_checked(kind, item, f"{path}[{i}]") for i, (kind, item) in pairs)
+    name, fits = _SCALARS[expected]
+    if not fits(value):
+        wanted = "true, false or null" if nullable and expected is bool else f"{name}{nullable}"
+        raise FieldError(path, f"must be {wanted}, got {_shown(value)}")
+    return float(value) if expected is float else value  # type: ignore[arg-type]
+
+
+# JSON booleans are Python ints, so `int` and `float` fields reject them explicitly.
+_SCALARS: dict[Any, tuple[str, Callable[[object], bool]]] = {
+    bool: ("true or false", lambda v: isinstance(v, bool)),
+    int: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    float: ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
+    str: ("a string", lambda v: isinstance(v, str)),
+}
+
+
+def _shown(value: object) -> str:
+    """A JSON value as the user wrote it, cut short: 'lots', null, 3, [1, 2]."""
+    text = f"'{value}'" if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def sample_from_dict(raw: Mapping[str, Any]) -> Sample:
     """A `Sample` from its JSON form (as written in traces and saved bench results)."""
-    sample: Sample = _from_dict(Sample, raw)
-    return sample
+    return from_json(Sample, raw)
 
 
 def gpu_facts_from_dict(raw: Mapping[str, Any]) -> GpuFacts:
     """A `GpuFacts` from its JSON form."""
-    facts: GpuFacts = _from_dict(GpuFacts, raw)
-    return facts
+    return from_json(GpuFacts, raw)
 
 
 def _to_dict(value: Any) -> Any:
@@ -257,7 +307,10 @@ def read_trace(path: Path) -> tuple[MachineFacts, tuple[Sample, ...]]:
         raise NotFoundError(
             f"trace file '{path}' does not exist", hint="record one with `rentwise watch --record`"
         )
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    text = read_text_file(
+        path, "trace file", hint="pass the .jsonl file `rentwise watch --record FILE` wrote"
+    )
+    lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise ConfigError(f"{path}: empty trace file", hint="record one with `rentwise watch --record FILE`")
     header = _parse_line(path, 1, lines[0])
@@ -266,11 +319,23 @@ def read_trace(path: Path) -> tuple[MachineFacts, tuple[Sample, ...]]:
             f"{path}: line 1 is not a {TRACE_FORMAT} v{TRACE_VERSION} header",
             hint="record one with `rentwise watch --record FILE`",
         )
-    facts = _build(path, 1, MachineFacts, header.get("facts", {}))
+    facts = _build(path, 1, MachineFacts, header.get("facts", {}), where="facts")
     samples = tuple(
         _build(path, n, Sample, _parse_line(path, n, line)) for n, line in enumerate(lines[1:], 2)
     )
     return facts, samples
+
+
+def read_text_file(path: Path, what: str, hint: str) -> str:
+    """The text of `path`, or a `ConfigError` saying why it cannot be read (a folder, binary, no access)."""
+    if not path.is_file():
+        raise ConfigError(f"{what} '{path}' is not a file", hint=hint)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} '{path}' is not a text file", hint=hint) from None
+    except OSError as error:
+        raise ConfigError(f"cannot read {what} '{path}': {error.strerror}", hint=hint) from None
 
 
 def _parse_line(path: Path, number: int, line: str) -> dict[str, Any]:
@@ -285,10 +350,10 @@ def _parse_line(path: Path, number: int, line: str) -> dict[str, Any]:
     return parsed
 
 
-def _build(path: Path, number: int, cls: Any, raw: Mapping[str, Any]) -> Any:
+def _build(path: Path, number: int, cls: type[T], raw: object, where: str = "") -> T:
     try:
-        return _from_dict(cls, raw)
-    except (TypeError, KeyError, ValueError) as error:
+        return from_json(cls, raw, where)
+    except FieldError as error:
         raise ConfigError(f"{path}: line {number}: {error}", hint="is this a trace file?") from None
 
 

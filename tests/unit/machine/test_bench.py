@@ -85,3 +85,57 @@ def test_bench_bad_expect(run_cli: Callable[..., Any]) -> None:
     result = run_cli("bench", "--expect", "H100-80")
     assert result.exit_code == 2
     assert result.stderr.startswith("error: no GPU named 'H100-80' in the catalog (did you mean ")
+
+
+def _document(tmp_path: Path, values: object) -> Path:
+    """A saved result whose bf16 measurement holds `values` (as a hand-edited file might)."""
+    document = json.loads(_saved(tmp_path, "a.json", 790.0).read_text())
+    document["result"]["measurements"][0]["values"] = values
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+HINT = "  hint: save one with `rentwise bench --save FILE`\n"
+
+
+def test_bench_from_a_result_without_repeats(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    path = _document(tmp_path, [])
+    result = run_cli("bench", "--from", str(path))
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {path}: field 'result.measurements[0].values' is empty\n{HINT}"
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ("790", "field 'result.measurements[0].values' must be a list, got '790'"),
+        ([790.0, None], "field 'result.measurements[0].values[1]' must be a number, got null"),
+    ],
+)
+def test_bench_from_a_result_with_bad_values(
+    run_cli: Callable[..., Any], tmp_path: Path, values: object, problem: str
+) -> None:
+    path = _document(tmp_path, values)
+    result = run_cli("bench", "--from", str(path))
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {path}: {problem}\n{HINT}"
+
+
+def test_bench_from_a_folder_or_not_json(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    result = run_cli("bench", "--from", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.stderr == f"error: bench result '{tmp_path}' is not a file\n{HINT}"
+    path = tmp_path / "notes.json"
+    path.write_text("not json")
+    result = run_cli("bench", "--compare", str(path), "--from", str(_saved(tmp_path, "a.json", 790.0)))
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {path}: not JSON (Expecting value)\n{HINT}"
+
+
+def test_bench_from_a_slow_result_says_slower_not_a_different_card(
+    run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    result = run_cli("bench", "--from", str(_saved(tmp_path, "slow.json", 600.0)))
+    assert result.exit_code == 1
+    assert "verdict: slower than expected for this card (possibly not the card advertised)\n" in result.stdout

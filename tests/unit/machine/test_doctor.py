@@ -241,3 +241,39 @@ def test_doctor_on_this_machine(run_cli: Callable[..., Any]) -> None:
         document = json.loads(train.stdout)
         assert document["use"] == "train" and document["failed"] is True
         assert {"name": "NVIDIA driver", "status": "fail"}.items() <= document["checks"][1].items()
+
+
+def test_plan_reads_versions_without_importing() -> None:
+    """--for plan must not import torch or the training packages (that took ~5 s): a fresh interpreter."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from rentwise.cli.main import main\n"
+        "code = main(['doctor', '--for', 'plan'])\n"
+        "heavy = sorted({'torch', 'transformers', 'peft', 'accelerate', 'bitsandbytes'} & set(sys.modules))\n"
+        "print('exit', code, 'imported', heavy, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stderr.splitlines()[-1] == "exit 0 imported []"
+
+
+def test_plan_without_imports_says_what_it_did_not_check() -> None:
+    from rentwise.machine.probe import package_version_only, torch_version_only
+
+    inputs = dataclasses.replace(
+        healthy(gpus=2),
+        torch=TorchInfo(installed=True, version="2.13.0+cu124", imported=False),
+        packages=(PackageInfo("peft", "0.13.0", imports=None), PackageInfo("flash-attn", None, imports=None)),
+    )
+    report = diagnose(inputs, "plan")
+    assert not report.failed and not report.warned
+    details = {c.name: (c.status, c.detail) for c in report.checks}
+    assert details["torch"] == ("info", "torch 2.13.0+cu124 installed (not imported: plan does not need it)")
+    assert details["GPU visible to torch"] == ("skip", "skipped: torch not imported (plan does not need it)")
+    assert details["NCCL"] == ("skip", "skipped: torch not imported (plan does not need it)")
+    assert details["package peft"] == ("info", "0.13.0 (not imported: plan does not need it)")
+    assert details["package flash-attn"] == ("info", "not installed (plan does not need it)")
+    assert package_version_only("no-such-dist-rentwise").version is None
+    assert torch_version_only().imported is False

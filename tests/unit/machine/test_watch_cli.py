@@ -113,3 +113,70 @@ def test_live_view_renders_a_sample(capsys: pytest.CaptureFixture[str]) -> None:
     view.stop()
     err = capsys.readouterr().err
     assert "rentwise watch  t=2m 00s" in err and "(98%)" in err and "GPU 0 memory at 98%" in err
+
+
+TRACE_HEADER = json.dumps({"format": "rentwise-gpu-trace", "version": 1, "facts": {"source": "nvml"}})
+READING = {"index": 0, "uuid": "GPU-x", "memory_used_bytes": 2**30, "memory_total_bytes": 80 * 2**30}
+
+
+def test_replay_of_a_folder_or_a_binary_file(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    hint = "  hint: pass the .jsonl file `rentwise watch --record FILE` wrote\n"
+    result = run_cli("watch", "--replay", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.stderr == f"error: trace file '{tmp_path}' is not a file\n{hint}"
+    binary = tmp_path / "trace.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    result = run_cli("watch", "--replay", str(binary))
+    assert result.exit_code == 2
+    assert result.stderr == f"error: trace file '{binary}' is not a text file\n{hint}"
+
+
+@pytest.mark.parametrize(
+    ("sample", "problem"),
+    [
+        (
+            {"t_s": 0.0, "gpus": [{**READING, "memory_used_bytes": "lots"}]},
+            "field 'gpus[0].memory_used_bytes' must be an integer, got 'lots'",
+        ),
+        ({"t_s": None, "gpus": []}, "field 't_s' must be a number, got null"),
+        ({"t_s": 0.0, "gpus": "x"}, "field 'gpus' must be a list, got 'x'"),
+        ({"t_s": 0.0, "gpus": [READING, 3]}, "field 'gpus[1]' must be an object, got 3"),
+        (
+            {"t_s": 0.0, "gpus": [{**READING, "power_w": True}]},
+            "field 'gpus[0].power_w' must be a number or null, got true",
+        ),
+        (
+            {"t_s": 0.0, "gpus": [{**READING, "processes": [{"pid": "7"}]}]},
+            "field 'gpus[0].processes[0].pid' must be an integer, got '7'",
+        ),
+        ({"t_s": 0.0, "gpus": [], "host": {"cpu_pct": 5.0}}, "field 'host.ram_used_bytes' is missing"),
+        (
+            {"t_s": 0.0, "gpus": [], "job_alive": "yes"},
+            "field 'job_alive' must be true, false or null, got 'yes'",
+        ),
+    ],
+)
+def test_replay_names_the_line_and_field_of_a_bad_sample(
+    run_cli: Callable[..., Any], tmp_path: Path, sample: dict[str, Any], problem: str
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    good = {"t_s": 0.0, "gpus": [READING]}
+    path.write_text(f"{TRACE_HEADER}\n{json.dumps(good)}\n{json.dumps(sample)}\n")
+    result = run_cli("watch", "--replay", str(path))
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {path}: line 3: {problem}\n  hint: is this a trace file?\n"
+
+
+def test_replay_names_a_bad_header_field(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    facts = {
+        "source": "nvml",
+        "gpus": [{"index": 0, "name": "H100", "uuid": "u", "memory_total_bytes": None}],
+    }
+    path.write_text(json.dumps({"format": "rentwise-gpu-trace", "version": 1, "facts": facts}) + "\n")
+    result = run_cli("watch", "--replay", str(path))
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {path}: line 1: field 'facts.gpus[0].memory_total_bytes' must be an integer, got null\n"
+        "  hint: is this a trace file?\n"
+    )
