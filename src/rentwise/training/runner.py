@@ -4,8 +4,9 @@ Read `train()` top to bottom: check inputs (before any GPU time), find a checkpo
 the model, restore state, then loop over optimizer steps. The safe point is the end of an optimizer step
 (after the last micro-batch of the accumulation cycle): the state there is fully described by weights,
 optimizer, scheduler, scaler, RNG and the step number, so a checkpoint never holds half-accumulated gradients.
-Distribution (DDP, FSDP, DeepSpeed) is accelerate's; this file adds one small all-reduce per step so every
-rank agrees on stopping, saving and OOM retries. Only DDP on CPU/gloo is tested (see docs/train.md).
+What a checkpoint holds is in `state.py`, how it is written atomically in `checkpoints.py`. Distribution
+(DDP) is accelerate's; this file adds one small all-reduce per step so every rank agrees on stopping, saving
+and OOM retries. FSDP and DeepSpeed are refused until checkpoints handle sharded parameters.
 """
 
 from __future__ import annotations
