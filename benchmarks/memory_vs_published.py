@@ -87,10 +87,9 @@ def parse_row(raw: dict[str, str]) -> Row:
     sharding = "fsdp" if "FSDP" in raw["parallelism"] else "ddp"
     offload = "none"
     assumption = "lora_dropout 0.1 as stated; transformers < 4.45 logits path"
-    if model == "meta-llama/Llama-2-70b-hf":
-        # 35 GB of NF4 weights cannot sit on two 24 GB cards peaking at 15 GB each: the run used CPU offload
-        offload = "optimizer+params"
-        assumption += "; CPU offload assumed (weights exceed the measured peak)"
+    if "CPU offload of params" in raw["parallelism"]:
+        offload = "optimizer+params"  # FSDP CPUOffload(offload_params=True) moves params, grads and states
+        assumption += "; FSDP CPU offload of params"
     if "sharding_strategy='ddp'" in raw["parallelism"]:
         sharding = "ddp"  # FSDP told to keep a full replica per GPU
         assumption += "; FSDP 'ddp' strategy modelled as ddp"
