@@ -216,4 +216,13 @@ def moe_saved(shape: ModelShape, job: MemoryJob, d: Dims, grad_mid: bool, target
         saved += c * routed * ((2 * h + 4 * i) if experts_train else (h + 3 * i))
     if shape.shared_expert_intermediate_size:
         saved += 4 * c * t * shape.shared_expert_intermediate_size // d.tp
-    return saved
+    return saved + merged_expert_bytes(shape, job, d)
+
+
+def merged_expert_bytes(shape: ModelShape, job: MemoryJob, d: Dims) -> int:
+    """peft adapts transformers 5's fused 3-D expert tensors (ParamWrapper) by building each layer's merged
+    weight W + B·A in the compute dtype and keeping it for backward: one extra copy of every adapted expert
+    tensor per layer (seen in the fake-tensor trace of Mixtral with target_modules='all-linear')."""
+    targets = lora_target_names(shape, job)
+    adapted = [lin for lin in shape.layer_linears() if lin.copies > 1 and lin.name in targets]
+    return d.compute * sum(lin.copies * lin.in_features * lin.out_features for lin in adapted) // d.tp

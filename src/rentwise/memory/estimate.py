@@ -19,6 +19,7 @@ from rentwise.memory.activations import (
     layer_saved_bytes,
     linear_inputs_saved,
     lora_target_names,
+    merged_expert_bytes,
     rmsnorm_saved,
 )
 from rentwise.memory.breakdown import MemoryBreakdown, Phase
@@ -43,13 +44,15 @@ ALWAYS_LEFT_OUT = (
 class _Phase:
     name: Phase
     gradients: int = 0
+    adapter_grads: int = 0
     activations: int = 0
     logits: int = 0
     kv_cache: int = 0
     temporaries: int = 0
 
     def total(self) -> int:
-        return self.gradients + self.activations + self.logits + self.kv_cache + self.temporaries
+        parts = (self.gradients, self.adapter_grads, self.activations, self.logits, self.kv_cache)
+        return sum(parts) + self.temporaries
 
 
 # Model types whose transformers implementation refuses attn_implementation="sdpa" (transformers 5.x raises
@@ -82,7 +85,7 @@ def estimate_memory(shape: ModelShape, job: MemoryJob) -> MemoryBreakdown:
         activations_bytes=peak.activations,
         logits_bytes=peak.logits,
         kv_cache_bytes=peak.kv_cache,
-        adapter_bytes=params.adapter,
+        adapter_bytes=params.adapter + peak.adapter_grads,
         quant_constants_bytes=params.quant_constants,
         temporaries_bytes=peak.temporaries,
         workspace_bytes=workspace,
@@ -178,6 +181,16 @@ def _training_phases(shape: ModelShape, job: MemoryJob, params: ParameterBytes) 
         _Phase("forward", activations=activations, logits=logits_fwd, temporaries=transient),
         _Phase("backward", activations=activations, logits=logits_bwd, temporaries=transient),
     ]
+    merged = merged_expert_bytes(shape, job, d)
+    if merged:
+        # backward through peft's merged expert weights: full-size gradients of the largest fused tensor
+        # (the merged weight's, the base's and the delta's) live together; seen in the trace (Mixtral)
+        largest = max(lin.in_features * lin.out_features * lin.copies for lin in shape.layer_linears())
+        phases.append(
+            _Phase(
+                "backward", activations=activations, temporaries=transient + 3 * d.compute * largest // d.tp
+            )
+        )
     if params.head_grad:
         # lm_head's backward: the logits gradient in the compute dtype, lm_head's weight gradient (bf16 first,
         # then cast to the fp32 .grad under AMP) and the hidden-state gradient, all activations still saved
@@ -199,6 +212,7 @@ def _training_phases(shape: ModelShape, job: MemoryJob, params: ParameterBytes) 
             _Phase(
                 "backward",
                 gradients=params.gradients - layer_grads,
+                adapter_grads=params.adapter_grads,
                 activations=kept + one_layer,
                 temporaries=recompute_transient + params.reduce_buckets,
             )
@@ -209,6 +223,7 @@ def _training_phases(shape: ModelShape, job: MemoryJob, params: ParameterBytes) 
         _Phase(
             "optimizer_step",
             gradients=params.gradients,
+            adapter_grads=params.adapter_grads,
             temporaries=params.optimizer_temporary + params.reduce_buckets,
         )
     )

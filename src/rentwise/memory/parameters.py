@@ -35,7 +35,8 @@ class ParameterBytes:
     quant_constants: int
     gradients: int
     optimizer: int
-    adapter: int  # adapter weights + grads + states
+    adapter: int  # adapter weights + optimizer states (always resident)
+    adapter_grads: int  # adapter gradients: they exist from backward to the optimizer step
     optimizer_temporary: int  # foreach AdamW's sqrt(exp_avg_sq) copy during the step
     autocast_copies: int  # bf16 casts of linear weights kept from forward to backward under autocast
     dequant_temporary: int  # QLoRA: one dequantised bf16 weight at a time
@@ -187,6 +188,11 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
         # one decoder layer unsharded for compute plus the next one prefetched, in the compute dtype
         layer_bytes = shape.layer_params() * (compute if job.method != "qlora" else 1)
         gather = 2 * layer_bytes // tp
+        if job.sharding == "fsdp":
+            # FSDP2 keeps the root unit (embedding, final norm, lm_head) unsharded after forward, so it is
+            # gathered through backward (torch.distributed.fsdp.fully_shard: the root does not reshard)
+            root = shape.embedding_params + shape.lm_head_params + shape.hidden_size
+            gather += root * (compute if job.method != "qlora" else 2) // tp
     if job.offload != "none":
         optimizer = opt_temp = (
             0  # DeepSpeed CPU Adam / FSDP CPU offload keep states (and masters) on the host
@@ -211,7 +217,8 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
         quant_constants=quant // tp,
         gradients=gradients // tp,
         optimizer=optimizer // tp,
-        adapter=sum(adapter_parts) // tp,
+        adapter=(adapter_parts[0] + adapter_parts[2]) // tp,
+        adapter_grads=adapter_parts[1] // tp,
         optimizer_temporary=opt_temp // tp,
         autocast_copies=autocast_copies // tp,
         dequant_temporary=dequant // tp,
