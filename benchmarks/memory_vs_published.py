@@ -5,7 +5,7 @@ layout) it predicts the quantity that was measured — max_memory_allocated, max
 "used" — and prints the relative error. Rows it cannot express are listed with the reason. Results go to
 benchmarks/results/memory_vs_published.{json,md}.
 
-Run: python benchmarks/memory_vs_published.py [--data PATH]
+Run: python benchmarks/memory_vs_published.py [--data PATH] [--trace]   (--trace adds the fake-tensor column)
 """
 
 from __future__ import annotations
@@ -117,11 +117,32 @@ def predicted(b: MemoryBreakdown, what: str) -> int:
     return {"allocated": b.allocated_bytes, "reserved": b.reserved_bytes, "smi": b.total_bytes}[what]
 
 
+def traced(row: Row, gpu_type: str) -> int | None:
+    """The fake-tensor trace's prediction of the measured quantity on the row's GPU (rentwise[trace])."""
+    from rentwise.hardware.catalog import find_gpu
+    from rentwise.trace import target_from_gpu, trace_memory
+
+    assert row.job is not None
+    gpu = find_gpu(gpu_type.split("(")[0].replace("24GB", "").replace("x2", "").strip())
+    target = target_from_gpu(gpu.name, gpu.compute_capability, gpu.usable_bytes)
+    result = trace_memory(load_shape(MODEL_MAP[row.model]), row.job, target=target)
+    return predicted(result.breakdown, row.measured_what)
+
+
+def _summary(errors: list[float]) -> tuple[float | None, float | None]:
+    if not errors:
+        return None, None
+    return round(statistics.median(errors), 1), round(max(errors), 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--trace", action="store_true", help="add a fake-tensor trace column (minutes)")
     args = parser.parse_args()
-    rows = [parse_row(r) for r in csv.DictReader(args.data.open(encoding="utf-8"))]
+    raw_rows = list(csv.DictReader(args.data.open(encoding="utf-8")))
+    rows = [parse_row(r) for r in raw_rows]
+    gpu_types = {r["row_id"]: r["gpu_type"] for r in raw_rows}
     results, skipped = [], []
     for row in rows:
         if row.job is None:
@@ -133,31 +154,55 @@ def main() -> None:
             skipped.append({"row": row.row_id, "model": row.model, "reason": error.message})
             continue
         pred = predicted(b, row.measured_what)
-        results.append({
+        result = {
             "row": row.row_id, "model": MODEL_MAP[row.model], "method": row.job.method,
             "batch": row.job.micro_batch, "seq": row.job.seq_len, "measured_what": row.measured_what,
             "measured_gib": round(row.measured_bytes / GIB, 2), "analytic_gib": round(pred / GIB, 2),
             "error_pct": round(100 * (pred - row.measured_bytes) / row.measured_bytes, 1),
             "assumption": row.assumption,
-        })  # fmt: skip
-    errors = [abs(r["error_pct"]) for r in results]
-    summary = {
+        }  # fmt: skip
+        if args.trace:
+            trace_pred = traced(row, gpu_types[row.row_id])
+            if trace_pred is not None:
+                result["trace_gib"] = round(trace_pred / GIB, 2)
+                result["trace_error_pct"] = round(
+                    100 * (trace_pred - row.measured_bytes) / row.measured_bytes, 1
+                )
+            print(f"row {row.row_id}: traced", flush=True)
+        results.append(result)
+    median, worst = _summary([abs(r["error_pct"]) for r in results])
+    summary: dict[str, object] = {
         "rows_expressed": len(results),
         "rows_skipped": len(skipped),
-        "median_abs_error_pct": round(statistics.median(errors), 1) if errors else None,
-        "max_abs_error_pct": round(max(errors), 1) if errors else None,
+        "median_abs_error_pct": median,
+        "max_abs_error_pct": worst,
     }
-    lines = ["| row | model | method | batch | seq | measured | measured GiB | analytic GiB | error |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    header = "| row | model | method | batch | seq | measured | measured GiB | analytic GiB | error |"
+    rule = "|---|---|---|---|---|---|---|---|---|"
+    if args.trace:
+        header += " trace GiB | trace error |"
+        rule += "---|---|"
+        t_median, t_worst = _summary([abs(r["trace_error_pct"]) for r in results if "trace_error_pct" in r])
+        summary.update(trace_median_abs_error_pct=t_median, trace_max_abs_error_pct=t_worst)
+    lines = [header, rule]
     for r in results:
-        lines.append(
+        line = (
             f"| {r['row']} | {r['model']} | {r['method']} | {r['batch']} | {r['seq']} | {r['measured_what']} "
             f"| {r['measured_gib']} | {r['analytic_gib']} | {r['error_pct']:+.1f}% |"
         )
+        if "trace_gib" in r:
+            line += f" {r['trace_gib']} | {r['trace_error_pct']:+.1f}% |"
+        lines.append(line)
     lines.append("")
+    trace_note = ""
+    if args.trace:
+        trace_note = (
+            f"; trace: median {summary['trace_median_abs_error_pct']}%, "
+            f"max {summary['trace_max_abs_error_pct']}%"
+        )
     lines.append(
-        f"median |error| {summary['median_abs_error_pct']}%, max {summary['max_abs_error_pct']}% over "
-        f"{summary['rows_expressed']} rows; {summary['rows_skipped']} rows not expressible:"
+        f"analytic: median |error| {median}%, max {worst}% over {len(results)} rows{trace_note}. "
+        f"{len(skipped)} rows not expressible:"
     )
     lines += [f"- row {s['row']} ({s['model']}): {s['reason']}" for s in skipped]
     table = "\n".join(lines)
