@@ -188,7 +188,10 @@ def _training_phases(shape: ModelShape, job: MemoryJob, params: ParameterBytes) 
         largest = max(lin.in_features * lin.out_features * lin.copies for lin in shape.layer_linears())
         phases.append(
             _Phase(
-                "backward", activations=activations, temporaries=transient + 3 * d.compute * largest // d.tp
+                "backward",
+                activations=activations,
+                adapter_grads=params.adapter_grads,  # mostly the expert adapters' own gradients by then
+                temporaries=transient + 3 * d.compute * largest // d.tp,
             )
         )
     if params.head_grad:

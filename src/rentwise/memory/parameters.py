@@ -67,10 +67,11 @@ def linear_tensor_count(shape: ModelShape) -> int:
 
 
 def adapter_params(shape: ModelShape, job: MemoryJob) -> int:
-    """LoRA A (rank x in) and B (out x rank) for every targeted linear in every layer."""
+    """LoRA A (rank x in) and B (out x rank) for every targeted linear in every layer (peft doubles the
+    rank on fused MoE gate_up tensors: `lora_rank_factor`)."""
     targets = lora_target_names(shape, job)
     per_layer = sum(
-        lin.copies * job.lora_rank * (lin.in_features + lin.out_features)
+        lin.copies * lin.lora_rank_factor * job.lora_rank * (lin.in_features + lin.out_features)
         for lin in shape.layer_linears()
         if lin.name in targets
     )
@@ -193,6 +194,8 @@ def parameter_bytes(shape: ModelShape, job: MemoryJob) -> ParameterBytes:
             # gathered through backward (torch.distributed.fsdp.fully_shard: the root does not reshard)
             root = shape.embedding_params + shape.lm_head_params + shape.hidden_size
             gather += root * (compute if job.method != "qlora" else 2) // tp
+            if job.method == "full":  # ... and its gradients are computed unsharded before the reduce-scatter
+                gather += root * compute // tp
     if job.offload != "none":
         optimizer = opt_temp = (
             0  # DeepSpeed CPU Adam / FSDP CPU offload keep states (and masters) on the host
