@@ -22,7 +22,7 @@ class DiskFullAfter:
     def __init__(self, files: int) -> None:
         self.left = files
 
-    def __call__(self, path: Path, payload: bytes) -> str:
+    def __call__(self, path: Path, payload: bytes) -> list[str]:
         self.left -= 1
         if self.left < 0:
             path.write_bytes(payload[: len(payload) // 2])
