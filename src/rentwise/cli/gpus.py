@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from rentwise.cli.render import emit_json, json_option, stdout_console, to_jsonable
+from rentwise.cli.render import catalog_table, emit_json, json_option, stdout_console, to_jsonable
 from rentwise.errors import NotFoundError, did_you_mean
 from rentwise.hardware.catalog import GpuSpec, load_gpus, normalize_name, user_catalog_path
 from rentwise.units import gib, parse_size
@@ -74,19 +74,10 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 def gpu_table(gpus: list[GpuSpec]) -> Any:
     """A rich table of the catalog rows."""
-    from rich import box
-    from rich.table import Table
-
-    table = Table(
-        title="GPU catalog: memory GiB, bandwidth GB/s, dense TFLOPS",
-        caption="usable: what nvidia-smi shows as total. 16-bit: bf16 tensor peak, or fp16 (marked *) where "
+    table = catalog_table(
+        "GPU catalog: memory GiB, bandwidth GB/s, dense TFLOPS",
+        "usable: what nvidia-smi shows as total. 16-bit: bf16 tensor peak, or fp16 (marked *) where "
         "the card has no bf16. NVLink GB/s (? = speed unknown). TDP in W.",
-        title_justify="left",
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
     )
     for header in ("GPU", "GiB", "usable", "GB/s", "16-bit", "fp8", "fp32", "NVLink", "TDP", "CC"):
         table.add_column(header, justify="right", min_width=len(header))

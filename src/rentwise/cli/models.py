@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from rentwise.cli.render import emit_json, json_option, stdout_console
+from rentwise.cli.render import catalog_table, emit_json, json_option, stdout_console
 from rentwise.errors import NotFoundError, did_you_mean
 from rentwise.models.catalog import CatalogEntry, list_models, load_shape
 from rentwise.units import format_count
@@ -81,19 +81,10 @@ def model_record(entry: CatalogEntry) -> dict[str, Any]:
 
 def model_table(entries: list[CatalogEntry], title: str = "Bundled models") -> Any:
     """A rich table of bundled models, one row each."""
-    from rich import box
-    from rich.table import Table
-
-    table = Table(
-        title=f"{title} (exact parameter counts from config.json)",
-        caption="active: parameters per token (MoE only). heads: query/key-value heads. tied: the LM head "
+    table = catalog_table(
+        f"{title} (exact parameter counts from config.json)",
+        "active: parameters per token (MoE only). heads: query/key-value heads. tied: the LM head "
         "shares the input embedding.",
-        title_justify="left",
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
     )
     # Names and ids fold instead of being cut: a truncated id cannot be pasted into another command.
     table.add_column("model", overflow="fold")

@@ -68,3 +68,20 @@ def plain_table(
 
     rule = " " * indent + "  ".join("-" * w for w in widths)
     return "\n".join([line(headers), rule, *(line(r) for r in rows)])
+
+
+def catalog_table(title: str, caption: str) -> Any:
+    """The rich table style of the catalog listings (`gpus`, `models`): left-aligned title and caption."""
+    from rich import box
+    from rich.table import Table
+
+    return Table(
+        title=title,
+        caption=caption,
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
