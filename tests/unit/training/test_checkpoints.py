@@ -310,3 +310,22 @@ def test_rentwise_checkpoints_reports_damage_in_any_chunk(
         ("step-000001", "valid", None),
         ("step-000002", "corrupt", problem),
     ]
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 64])
+def test_write_synced_hashes_every_chunk_on_any_core_count(
+    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch, cores: int
+) -> None:
+    monkeypatch.setattr(checkpoints, "_cores", lambda: cores)
+    payload = pattern(7 * CHUNK + 3)
+    assert checkpoints.write_synced(tmp_path / "f", payload) == chunk_sha256(payload, CHUNK)
+    assert (tmp_path / "f").read_bytes() == payload
+
+
+def test_write_synced_raises_a_failed_write_after_the_hash_threads_end(
+    tmp_path: Path, small_chunks: None
+) -> None:
+    (tmp_path / "f").write_bytes(b"there already")
+    with pytest.raises(FileExistsError):
+        checkpoints.write_synced(tmp_path / "f", pattern(5 * CHUNK))
+    assert (tmp_path / "f").read_bytes() == b"there already"
