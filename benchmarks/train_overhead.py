@@ -193,6 +193,7 @@ def checkpoint_throughput(work: Path, rounds: int) -> dict[str, Any]:
         "without_sha256_ratio_pct": 100 * best_raw / statistics.median(unhashed),
         "sha256_alone_mb_per_s": total / 1e6 / _sha256_seconds(payloads),
         "sha256_chunks_one_thread_mb_per_s": total / 1e6 / _chunk_sha256_seconds(payloads),
+        "per_round_s": {"rentwise": ours, "raw": raw_s, "without_sha256": unhashed},
     }
 
 
